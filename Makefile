@@ -1,0 +1,45 @@
+# knext: containerd v2 + NRI, built from pinned upstream modules plus patches/<module>/.
+# Every go command runs in the workspace build/go.work (this repo + the patched trees).
+
+SHELL := /bin/bash
+BUILD := $(CURDIR)/build
+BIN := $(BUILD)/bin
+export GOWORK := $(BUILD)/go.work
+export GOFLAGS := -buildvcs=false
+export PATH := /usr/local/go/bin:$(PATH)
+
+CONTAINERD_MOD := github.com/containerd/containerd/v2
+UPSTREAM_VERSION = $(shell GOWORK=off go list -m -f '{{.Version}}' $(CONTAINERD_MOD))
+REVISION = $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+VERSION_PKG := $(CONTAINERD_MOD)/version
+LDFLAGS = -X $(VERSION_PKG).Package=github.com/knext-dev/knext \
+	-X $(VERSION_PKG).Version=$(UPSTREAM_VERSION)+knext.$(REVISION) \
+	-X $(VERSION_PKG).Revision=$(REVISION)
+# Upstream's own tags: no man-page generator in the daemon; the shim without gRPC.
+GO_TAGS := urfave_cli_no_docs
+SHIM_TAGS := urfave_cli_no_docs no_grpc
+
+SRC_STAMP := $(BUILD)/src/.stamp
+PATCHES := $(wildcard patches/*/*.patch)
+
+.PHONY: all src build demo test integration patches verify clean
+all: build
+
+src: $(SRC_STAMP)
+$(SRC_STAMP): go.mod $(PATCHES) $(wildcard contrib/build/*.sh)
+	@contrib/build/src.sh
+	@touch $@
+
+build: src
+	go build -tags "$(GO_TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN)/containerd ./cmd/containerd
+	CGO_ENABLED=0 go build -tags "$(SHIM_TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN)/containerd-shim-runc-v2 $(CONTAINERD_MOD)/cmd/containerd-shim-runc-v2
+	go build -tags "$(GO_TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN)/ctr $(CONTAINERD_MOD)/cmd/ctr
+
+patches:
+	@contrib/build/export.sh $(BUILD) patches
+
+verify:
+	@contrib/build/verify.sh
+
+clean:
+	rm -rf $(BUILD)
