@@ -27,7 +27,7 @@ all: build
 
 src: $(SRC_STAMP)
 $(SRC_STAMP): go.mod $(PATCHES) $(wildcard contrib/build/*.sh)
-	@contrib/build/src.sh
+	@contrib/build/src.sh $(BUILD)
 	@touch $@
 
 build: src

@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
-# src.sh: (re)materialize build/src/* unless that would throw away work that is not yet in
+# src.sh [BUILDDIR]: (re)materialize BUILDDIR/src/* (default build/) unless that would throw away work that is not yet in
 # patches/ (commits not exported with `make patches`, or uncommitted hand edits).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
-build="$KNEXT_ROOT/build"
+build=${1:-$KNEXT_ROOT/build}
 for name in $(module_names); do
 	tree="$build/src/$name"
 	[ -d "$tree/.git" ] || continue
 	if [ -n "$(git -C "$tree" status --porcelain -- . "${KNEXT_GENERATED_PATHSPEC[@]}")" ]; then
-		die "build/src/$name has uncommitted changes; commit them (then make patches) or discard them before make src"
+		die "$tree has uncommitted changes; commit them (then make patches) or discard them before make src"
 	fi
 	exported=$(mktemp -d)
 	trap 'rm -rf "$exported"' EXIT
 	export_series "$tree" "$name" "$exported"
 	if ! same_series "$KNEXT_ROOT/patches/$name" "$exported" >/dev/null; then
-		die "build/src/$name has commits that differ from patches/$name; run make patches first (or remove build/src/$name to drop them)"
+		die "$tree has commits that differ from patches/$name; run make patches first (or remove $tree to drop them)"
 	fi
 done
 "$(dirname "$0")/materialize.sh" "$build"
