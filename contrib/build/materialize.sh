@@ -37,6 +37,11 @@ $msg"
 		fi
 	done
 	shopt -u nullglob
+	# A tree whose patches touch inputs of generated code regenerates it here (never in a patch).
+	if [ -x "$KNEXT_ROOT/contrib/build/postpatch-$name.sh" ]; then
+		"$KNEXT_ROOT/contrib/build/postpatch-$name.sh" "$tree" "$out/tools" ||
+			die "regenerating code in $tree failed"
+	fi
 	echo "materialized $name: $mod $ver + $(git -C "$tree" rev-list --count "upstream-$ver..HEAD") patch(es)"
 }
 
