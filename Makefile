@@ -35,6 +35,13 @@ build: src
 	CGO_ENABLED=0 go build -tags "$(SHIM_TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN)/containerd-shim-runc-v2 $(CONTAINERD_MOD)/cmd/containerd-shim-runc-v2
 	go build -tags "$(GO_TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN)/ctr $(CONTAINERD_MOD)/cmd/ctr
 
+# The README's test command: every suite, counted per suite (contrib/ci/test.sh).
+test: build
+	@contrib/ci/check-deps.sh
+	@contrib/build/verify.sh
+	go build -o $(BIN)/testsum ./contrib/ci/testsum
+	@contrib/ci/test.sh
+
 patches:
 	@contrib/build/export.sh $(BUILD) patches
 

@@ -2,6 +2,7 @@
 # materialize.sh OUTDIR: build OUTDIR/src/<tree> for every pinned upstream module (one
 # deterministic upstream commit, tagged upstream-<version>, then patches/<tree>/*.patch applied
 # with git am) and OUTDIR/go.work using this repository and those trees.
+# KNEXT_TOOLS_DIR overrides where code generators are cached (default OUTDIR/tools).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -39,7 +40,7 @@ $msg"
 	shopt -u nullglob
 	# A tree whose patches touch inputs of generated code regenerates it here (never in a patch).
 	if [ -x "$KNEXT_ROOT/contrib/build/postpatch-$name.sh" ]; then
-		"$KNEXT_ROOT/contrib/build/postpatch-$name.sh" "$tree" "$out/tools" ||
+		"$KNEXT_ROOT/contrib/build/postpatch-$name.sh" "$tree" "${KNEXT_TOOLS_DIR:-$out/tools}" ||
 			die "regenerating code in $tree failed"
 	fi
 	echo "materialized $name: $mod $ver + $(git -C "$tree" rev-list --count "upstream-$ver..HEAD") patch(es)"

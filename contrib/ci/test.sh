@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# test.sh: every test suite of knext (`make test`). Each suite writes a `go test -json` stream;
+# testsum counts it. Prints one row per suite and a total; exits non-zero if any suite failed or
+# ran nothing. Logs: build/test-logs/<suite>.{json,log}.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+logs=$root/build/test-logs
+results=$logs/results.jsonl
+testsum=$root/build/bin/testsum
+rm -rf "$logs" && mkdir -p "$logs"
+
+# Packages of our own module that have tests and need no running stack.
+own_packages() {
+	go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./... |
+		grep -v '^github.com/knext-dev/knext/integration'
+}
+
+run_suite() { # run_suite NAME COMMAND...
+	local name=$1 start rc
+	shift
+	start=$(date +%s)
+	echo "=== suite $name: $*"
+	"$@" >"$logs/$name.json" 2>"$logs/$name.log"
+	rc=$?
+	"$testsum" count -suite "$name" -results "$results" -exit "$rc" <"$logs/$name.json" 2>>"$logs/$name.log"
+	tail -n 1 "$logs/$name.log"
+	echo "    ($(($(date +%s) - start)) s; log: build/test-logs/$name.log)"
+	if [ "$rc" != 0 ]; then
+		echo "--- last lines of build/test-logs/$name.log:"
+		tail -n 40 "$logs/$name.log" | sed 's/^/    /'
+	fi
+}
+
+run_suite knext-unit go test -race -json $(own_packages)
+
+echo
+echo "=== summary"
+"$testsum" report -results "$results"

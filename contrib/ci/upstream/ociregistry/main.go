@@ -1,0 +1,93 @@
+// Command ociregistry serves OCI image-layout archives as a read-only registry over HTTPS.
+//
+// A few of containerd's upstream integration tests pull an image by name instead of expecting it
+// in the image store: they pull through the containerd client, or start a containerd with a
+// default config whose sandbox image is registry.k8s.io/pause. No registry is reachable from CI,
+// so cri-integration.sh runs this server inside the test's private network namespace, points
+// the registry host names at it through a private /etc/hosts, and lets the tests trust the
+// throwaway certificate written to -ca-file through SSL_CERT_FILE.
+//
+// Usage:
+//
+//	ociregistry -listen 127.0.0.1:443 -ca-file ca.pem \
+//	    -alias registry.k8s.io/pause:3.10.2=knext.local/pause:3.10 pause.tar busybox.tar
+//
+// Every image of an archive is served under the name in its io.containerd.image.name annotation.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+type aliasFlags []string
+
+func (a *aliasFlags) String() string     { return strings.Join(*a, ",") }
+func (a *aliasFlags) Set(v string) error { *a = append(*a, v); return nil }
+
+func main() {
+	listen := flag.String("listen", "127.0.0.1:443", "address to serve HTTPS on")
+	caFile := flag.String("ca-file", "", "where to write the PEM certificate clients must trust (required)")
+	var aliases aliasFlags
+	flag.Var(&aliases, "alias", "NEW=EXISTING: also serve image EXISTING under the name NEW (repeatable)")
+	flag.Parse()
+	if *caFile == "" || flag.NArg() == 0 {
+		fmt.Fprintln(os.Stderr, "usage: ociregistry -ca-file FILE [-listen ADDR] [-alias NEW=EXISTING]... ARCHIVE...")
+		os.Exit(2)
+	}
+	if err := run(*listen, *caFile, aliases, flag.Args()); err != nil {
+		log.Fatalf("ociregistry: %v", err)
+	}
+}
+
+func run(listen, caFile string, aliases, archives []string) error {
+	reg := newRegistry()
+	for _, path := range archives {
+		if err := reg.loadArchive(path); err != nil {
+			return err
+		}
+	}
+	for _, alias := range aliases {
+		name, existing, ok := strings.Cut(alias, "=")
+		if !ok {
+			return fmt.Errorf("alias %q is not NEW=EXISTING", alias)
+		}
+		if err := reg.addAlias(name, existing); err != nil {
+			return err
+		}
+	}
+	hosts := reg.hosts()
+	tlsConfig, certPEM, err := selfSignedTLS(hosts)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	// Written only once the listener exists: the file's presence means "ready".
+	if err := os.WriteFile(caFile, certPEM, 0o644); err != nil {
+		return err
+	}
+	log.Printf("ociregistry: serving %s on %s for hosts %v", strings.Join(reg.names(), " "), listen, hosts)
+
+	srv := &http.Server{Handler: reg, TLSConfig: tlsConfig, ErrorLog: log.Default()}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	if err := srv.ServeTLS(ln, "", ""); err != http.ErrServerClosed {
+		return err
+	}
+	return nil
+}
