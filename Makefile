@@ -22,7 +22,12 @@ SHIM_TAGS := urfave_cli_no_docs no_grpc
 SRC_STAMP := $(BUILD)/src/.stamp
 PATCHES := $(wildcard patches/*/*.patch)
 
-.PHONY: all src build demo test integration patches verify clean
+IMAGES := $(BUILD)/images
+# Where the integration harness and the demo find knext's binaries and the test images.
+export KNEXT_BIN_DIR := $(BIN)
+export KNEXT_IMAGES_DIR := $(IMAGES)
+
+.PHONY: all src build images demo test integration patches verify clean
 all: build
 
 src: $(SRC_STAMP)
@@ -35,8 +40,22 @@ build: src
 	CGO_ENABLED=0 go build -tags "$(SHIM_TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN)/containerd-shim-runc-v2 $(CONTAINERD_MOD)/cmd/containerd-shim-runc-v2
 	go build -tags "$(GO_TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN)/ctr $(CONTAINERD_MOD)/cmd/ctr
 
+# Test images (contrib/images/testimages): knext.local/pause:3.10, knext.local/busybox:1.35.
+images:
+	CGO_ENABLED=0 go build -trimpath -ldflags=-s -o $(IMAGES)/pause ./contrib/images/pause
+	go run ./contrib/images -pause-binary $(IMAGES)/pause -busybox /bin/busybox -out $(IMAGES)
+
+# The README's run command: a real pod on a self-contained knext containerd under build/demo.
+demo: build images
+	@contrib/ci/check-deps.sh
+	go build -o $(BIN)/knext-demo ./contrib/demo
+	$(BIN)/knext-demo -root $(BUILD)/demo
+
+integration: build images
+	go test -race -count=1 -p 2 ./integration/...
+
 # The README's test command: every suite, counted per suite (contrib/ci/test.sh).
-test: build
+test: build images
 	@contrib/ci/check-deps.sh
 	@contrib/build/verify.sh
 	go build -o $(BIN)/testsum ./contrib/ci/testsum

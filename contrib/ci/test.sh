@@ -33,6 +33,7 @@ run_suite() { # run_suite NAME COMMAND...
 }
 
 run_suite knext-unit go test -race -json $(own_packages)
+run_suite knext-integration go test -race -count=1 -p 2 -json ./integration/...
 
 echo
 echo "=== summary"

@@ -20,6 +20,9 @@ import (
 // process that died without Close, and the next harness to start tears its resources down.
 const leaseDir = "/run/knext-harness"
 
+// leaseLock serializes sweeping, creating and releasing leases.
+const leaseLock = leaseDir + "/.lock"
+
 // subnetPool is where harness bridges get their /24s: 10.240.0.0/12, 4096 subnets.
 var subnetPool = net.IPNet{IP: net.IPv4(10, 240, 0, 0).To4(), Mask: net.CIDRMask(12, 32)}
 
@@ -28,7 +31,6 @@ var subnetPool = net.IPNet{IP: net.IPv4(10, 240, 0, 0).To4(), Mask: net.CIDRMask
 type resources struct {
 	ID           string `json:"id"`
 	Root         string `json:"root"`
-	RemoveRoot   bool   `json:"removeRoot"`
 	ConfigPath   string `json:"configPath"`
 	Address      string `json:"address"`
 	Bridge       string `json:"bridge"`
@@ -42,13 +44,14 @@ type lease struct {
 	file *os.File
 }
 
-// acquireLease sweeps leases of dead owners, then picks a fresh ID and a /24 no live harness and no
-// host route or address uses, and records res (completed by fill) under an exclusive lock.
-func acquireLease(fill func(id string, subnet *net.IPNet) resources, logf func(string, ...any)) (*lease, resources, error) {
+// acquireLease sweeps leases of dead owners, then picks a fresh ID and a /24 that no live harness
+// and no host route or address uses, and records the resources claim returns for them under an
+// exclusive lock. Nothing is recorded if claim fails.
+func acquireLease(claim func(id string, subnet *net.IPNet) (resources, error), logf func(string, ...any)) (*lease, resources, error) {
 	if err := os.MkdirAll(leaseDir, 0o755); err != nil {
 		return nil, resources{}, err
 	}
-	unlock, err := lockFile(filepath.Join(leaseDir, ".lock"))
+	unlock, err := lockFile(leaseLock)
 	if err != nil {
 		return nil, resources{}, err
 	}
@@ -70,7 +73,10 @@ func acquireLease(fill func(id string, subnet *net.IPNet) resources, logf func(s
 	if err != nil {
 		return nil, resources{}, err
 	}
-	res := fill(id, subnet)
+	res, err := claim(id, subnet)
+	if err != nil {
+		return nil, resources{}, err
+	}
 	data, err := json.Marshal(res)
 	if err != nil {
 		return nil, resources{}, err
@@ -91,54 +97,54 @@ func acquireLease(fill func(id string, subnet *net.IPNet) resources, logf func(s
 	return &lease{file: f}, res, nil
 }
 
-// release deletes the lease; call it only after its resources are gone.
+// release deletes the lease; call it only after its resources are gone. It takes the directory
+// lock so that a concurrent sweep never sees a lease vanish between listing and locking it.
 func (l *lease) release() error {
-	err := os.Remove(l.file.Name())
+	unlock, err := lockFile(leaseLock)
+	if err != nil {
+		return errors.Join(err, l.file.Close())
+	}
+	defer unlock()
+	err = os.Remove(l.file.Name())
 	return errors.Join(err, l.file.Close())
 }
 
-// sweepLeases tears down the resources of every lease whose owner died and returns the subnets of
-// the live ones. The caller holds the directory lock.
+// sweepLeases tears down the resources of every lease whose owner died and returns the subnets
+// still in use: those of live leases and of stale ones whose teardown failed. A failed teardown is
+// reported through logf, not returned: one broken leftover must not stop every later harness.
+// The caller holds the directory lock.
 func sweepLeases(logf func(string, ...any)) ([]*net.IPNet, error) {
 	names, err := filepath.Glob(filepath.Join(leaseDir, "*.json"))
 	if err != nil {
 		return nil, err
 	}
-	var live []*net.IPNet
-	var errs []error
+	var inUse []*net.IPNet
 	for _, name := range names {
 		f, err := os.Open(name)
 		if err != nil {
-			errs = append(errs, err)
-			continue
+			return nil, err
 		}
 		var res resources
 		decodeErr := json.NewDecoder(f).Decode(&res)
-		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-			f.Close()
-			if decodeErr != nil {
-				errs = append(errs, fmt.Errorf("live lease %s: %w", name, decodeErr))
-				continue
+		_, subnet, subnetErr := net.ParseCIDR(res.Subnet)
+		live := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil
+		switch {
+		case decodeErr != nil || subnetErr != nil:
+			logf("harness: lease %s is unreadable, remove it and what it names by hand: %v", name, errors.Join(decodeErr, subnetErr))
+		case live:
+			inUse = append(inUse, subnet)
+		default:
+			logf("harness: removing resources of harness %s left behind by a dead process (root %s)", res.ID, res.Root)
+			if err := teardown(res); err != nil {
+				logf("harness: teardown of stale harness %s failed, retried by the next harness: %v", res.ID, err)
+				inUse = append(inUse, subnet)
+			} else if err := os.Remove(name); err != nil {
+				logf("harness: %v", err)
 			}
-			if _, subnet, err := net.ParseCIDR(res.Subnet); err == nil {
-				live = append(live, subnet)
-			}
-			continue
-		}
-		if decodeErr != nil {
-			errs = append(errs, fmt.Errorf("stale lease %s is unreadable, remove it by hand: %w", name, decodeErr))
-			f.Close()
-			continue
-		}
-		logf("harness: removing resources of harness %s left behind by a dead process (root %s)", res.ID, res.Root)
-		if err := teardown(res); err != nil {
-			errs = append(errs, fmt.Errorf("stale harness %s: %w", res.ID, err))
-		} else if err := os.Remove(name); err != nil {
-			errs = append(errs, err)
 		}
 		f.Close()
 	}
-	return live, errors.Join(errs...)
+	return inUse, nil
 }
 
 // lockFile takes an exclusive flock on name (created if missing) and returns its release.
@@ -157,7 +163,9 @@ func lockFile(name string) (func(), error) {
 // hostNetworks lists the IPv4 networks of the host's routes (all tables, default routes
 // excluded) and interface addresses.
 func hostNetworks() ([]*net.IPNet, error) {
-	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	routes, err := netlinkDump("routes", func() ([]netlink.Route, error) {
+		return netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list host routes: %w", err)
 	}
@@ -169,7 +177,7 @@ func hostNetworks() ([]*net.IPNet, error) {
 			}
 		}
 	}
-	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	addrs, err := netlinkDump("addresses", func() ([]netlink.Addr, error) { return netlink.AddrList(nil, netlink.FAMILY_V4) })
 	if err != nil {
 		return nil, fmt.Errorf("list host addresses: %w", err)
 	}

@@ -1,0 +1,102 @@
+package testimages
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// readTar returns the regular files and symlink targets of a tar stream.
+func readTar(t *testing.T, data []byte) (files map[string][]byte, links map[string]string) {
+	t.Helper()
+	files, links = map[string][]byte{}, map[string]string{}
+	tr := tar.NewReader(bytes.NewReader(data))
+	for {
+		header, err := tr.Next()
+		if err == io.EOF {
+			return files, links
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !header.ModTime.Equal(epoch) || header.Uid != 0 || header.Gid != 0 {
+			t.Errorf("%s: mtime %s owner %d:%d, want Epoch and root", header.Name, header.ModTime, header.Uid, header.Gid)
+		}
+		switch header.Typeflag {
+		case tar.TypeReg:
+			files[header.Name], _ = io.ReadAll(tr)
+		case tar.TypeSymlink:
+			links[header.Name] = header.Linkname
+		}
+	}
+}
+
+func TestPauseArchiveIsDeterministicAndNamed(t *testing.T) {
+	binary := filepath.Join(t.TempDir(), "pause")
+	if err := os.WriteFile(binary, []byte("not really an executable"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var first, second bytes.Buffer
+	if err := WritePause(&first, binary); err != nil {
+		t.Fatal(err)
+	}
+	if err := WritePause(&second, binary); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(first.Bytes(), second.Bytes()) {
+		t.Fatal("two pause archives of the same binary differ")
+	}
+
+	files, _ := readTar(t, first.Bytes())
+	var index ocispec.Index
+	if err := json.Unmarshal(files[ocispec.ImageIndexFile], &index); err != nil {
+		t.Fatalf("index.json: %v", err)
+	}
+	if len(index.Manifests) != 1 {
+		t.Fatalf("index has %d manifests, want 1", len(index.Manifests))
+	}
+	annotations := index.Manifests[0].Annotations
+	if annotations["io.containerd.image.name"] != PauseImage || annotations[ocispec.AnnotationRefName] != "3.10" {
+		t.Errorf("manifest annotations %v, want name %s and ref 3.10", annotations, PauseImage)
+	}
+	var manifest ocispec.Manifest
+	if err := json.Unmarshal(files["blobs/sha256/"+index.Manifests[0].Digest.Encoded()], &manifest); err != nil {
+		t.Fatalf("manifest: %v", err)
+	}
+	layerFiles, _ := readTar(t, files["blobs/sha256/"+manifest.Layers[0].Digest.Encoded()])
+	if string(layerFiles["pause"]) != "not really an executable" {
+		t.Errorf("pause layer holds %v, want /pause with the binary", layerFiles)
+	}
+}
+
+func TestBusyboxArchiveHasApplets(t *testing.T) {
+	const busybox = "/bin/busybox"
+	if _, err := os.Stat(busybox); err != nil {
+		t.Fatalf("%s (Debian package busybox-static): %v", busybox, err)
+	}
+	var archive bytes.Buffer
+	if err := WriteBusybox(&archive, busybox); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := readTar(t, archive.Bytes())
+	var index ocispec.Index
+	if err := json.Unmarshal(files[ocispec.ImageIndexFile], &index); err != nil {
+		t.Fatal(err)
+	}
+	var manifest ocispec.Manifest
+	if err := json.Unmarshal(files["blobs/sha256/"+index.Manifests[0].Digest.Encoded()], &manifest); err != nil {
+		t.Fatal(err)
+	}
+	_, links := readTar(t, files["blobs/sha256/"+manifest.Layers[0].Digest.Encoded()])
+	for _, applet := range []string{"bin/sh", "bin/sleep", "sbin/ip"} {
+		if links[applet] != "/bin/busybox" {
+			t.Errorf("busybox layer: %s links to %q, want /bin/busybox", applet, links[applet])
+		}
+	}
+}

@@ -1,0 +1,468 @@
+// Package harness runs a private containerd for end-to-end tests, benchmarks and the demo.
+//
+// A Harness owns a root directory with the daemon's root, state and temp directories, its gRPC,
+// ttrpc and NRI sockets, a CNI bridge network of its own (unique bridge name, network name and
+// /24), a cgroup parent for its pods, and the local test images (package testimages) imported
+// into the k8s.io namespace. Everything is named after a random instance ID, and a lease under
+// /run/knext-harness keeps concurrent instances (in one or several processes) apart; the
+// resources of an instance whose process died without Close are removed by the next New.
+//
+// The daemon runs runc (Options.Runc) with cgroupfs, restrict_oom_score_adj, netns mounts under
+// its state directory, NRI enabled on its own socket, and the sandbox image pinned to
+// testimages.PauseImage, so nothing is ever pulled.
+//
+// The package does not depend on package testing: New and Close return errors.
+//
+//	h, err := harness.New(ctx, harness.Options{})
+//	if err != nil { ... }
+//	defer h.Close()
+//	id, err := h.Runtime.RunPodSandbox(ctx, &runtime.RunPodSandboxRequest{Config: h.PodConfig("web")})
+//
+// It needs root, the binaries of `make build`, the archives of `make images`, runc, crictl and the
+// CNI plugins (contrib/ci/install-deps.sh).
+package harness
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/knext-dev/knext/contrib/images/testimages"
+)
+
+// Namespace is the containerd namespace of CRI, where the images are imported.
+const Namespace = "k8s.io"
+
+// maxSocketPath keeps socket paths well below the kernel's 108-byte sun_path limit.
+const maxSocketPath = 100
+
+// Options configure a Harness. The zero value runs build/bin/containerd of this repository.
+type Options struct {
+	// BinDir holds containerd, containerd-shim-runc-v2 and ctr.
+	// Default: $KNEXT_BIN_DIR, else build/bin of the repository around the working directory.
+	BinDir string
+	// Containerd is the daemon binary; its directory comes first in the daemon's PATH, so a
+	// shim next to it is preferred. Default: BinDir/containerd.
+	Containerd string
+	// ImageDir holds the archives of `make images`.
+	// Default: $KNEXT_IMAGES_DIR, else build/images of the repository.
+	ImageDir string
+	// Root is the instance's directory; it must not exist or be empty, and is removed by Close.
+	// Default: a new directory under os.TempDir().
+	Root string
+	// Runc is the OCI runtime binary. Default: /usr/local/bin/runc.
+	Runc string
+	// Crictl is the crictl binary. Default: crictl from PATH.
+	Crictl string
+	// CNIBinDir holds the CNI plugins (bridge, host-local, loopback). Default: /usr/lib/cni.
+	CNIBinDir string
+	// NRIRequestTimeout is NRI's plugin_request_timeout. Default: 2s.
+	NRIRequestTimeout time.Duration
+	// NRIRegistrationTimeout is NRI's plugin_registration_timeout. Default: 5s.
+	NRIRegistrationTimeout time.Duration
+	// ExtraConfig is TOML merged over the generated daemon configuration (its tables merge
+	// recursively, its values win), e.g. "[plugins.'io.containerd.nri.v1.nri']\ndisable = true".
+	ExtraConfig string
+	// LogLevel is the daemon's log level. Default: info.
+	LogLevel string
+	// SkipNetworkReadyWait makes readiness need only RuntimeReady, for configurations whose
+	// network becomes ready later (for example when an NRI plugin provides it).
+	SkipNetworkReadyWait bool
+	// StartTimeout bounds each daemon start until CRI readiness. Default: 60s.
+	StartTimeout time.Duration
+	// Logf receives progress messages (t.Logf, log.Printf). Default: discarded.
+	Logf func(format string, args ...any)
+}
+
+// Harness is a running private containerd. Its exported fields are read-only.
+type Harness struct {
+	ID   string // random instance ID every name below derives from
+	Root string
+
+	Address            string // containerd's gRPC socket (CRI and containerd API)
+	NRISocket          string
+	NRIPluginDir       string // NRI plugin_path: pre-installed plugins containerd starts
+	NRIPluginConfigDir string // NRI plugin_config_path
+	ConfigPath         string // the daemon's config.toml
+	CrictlConfigPath   string // crictl.yaml pointing at Address
+	LogPath            string // daemon output, appended across restarts
+
+	Network      string     // CNI network name
+	Bridge       string     // CNI bridge interface name
+	Subnet       *net.IPNet // the bridge's IPv4 /24
+	CNIConfDir   string
+	IPAMDataDir  string // host-local's dataDir; allocations are in IPAMDataDir/Network/<ip>
+	CgroupParent string // cgroup parent of PodConfig's pods
+
+	Runtime criruntime.RuntimeServiceClient
+	Images  criruntime.ImageServiceClient
+
+	opts  Options
+	res   resources
+	lease *lease
+	conn  *grpc.ClientConn
+
+	mu       sync.Mutex
+	daemon   *daemon // nil while stopped
+	cleanups []func() error
+	closed   bool
+}
+
+// New starts a containerd instance and returns once CRI is ready and the test images are
+// imported. On error everything it created is already removed.
+func New(ctx context.Context, opts Options) (*Harness, error) {
+	if err := opts.complete(); err != nil {
+		return nil, err
+	}
+	root, tempRoot := opts.Root, opts.Root == ""
+	var err error
+	if tempRoot {
+		root, err = os.MkdirTemp("", "knx-")
+	} else {
+		root, err = filepath.Abs(root)
+	}
+	if err != nil {
+		return nil, err
+	}
+
+	h := &Harness{opts: opts, Root: root}
+	l, res, err := acquireLease(h.claim, opts.Logf)
+	if err != nil {
+		if tempRoot {
+			os.Remove(root)
+		}
+		return nil, err
+	}
+	h.lease, h.res = l, res
+	if err := h.setUp(ctx); err != nil {
+		return nil, errors.Join(err, h.Close())
+	}
+	return h, nil
+}
+
+// claim names everything after the lease's ID and subnet, and creates the root. It refuses a
+// root that is not empty: Close removes the root, so it must hold nothing but the instance.
+func (h *Harness) claim(id string, subnet *net.IPNet) (resources, error) {
+	h.ID, h.Subnet = id, subnet
+	h.Address = filepath.Join(h.Root, "containerd.sock")
+	h.NRISocket = filepath.Join(h.Root, "nri.sock")
+	h.NRIPluginDir = filepath.Join(h.Root, "nri", "plugins")
+	h.NRIPluginConfigDir = filepath.Join(h.Root, "nri", "conf.d")
+	h.ConfigPath = filepath.Join(h.Root, "config.toml")
+	h.CrictlConfigPath = filepath.Join(h.Root, "crictl.yaml")
+	h.LogPath = filepath.Join(h.Root, "containerd.log")
+	h.Network = "knext-" + id
+	h.Bridge = "knx" + id
+	h.CNIConfDir = filepath.Join(h.Root, "cni", "net.d")
+	h.IPAMDataDir = filepath.Join(h.Root, "cni", "ipam")
+	h.CgroupParent = "/knext-" + id
+
+	for _, socket := range []string{h.Address + ".ttrpc", h.NRISocket} {
+		if len(socket) >= maxSocketPath {
+			return resources{}, fmt.Errorf("socket path %s is %d bytes, the limit is %d: use a shorter Options.Root", socket, len(socket), maxSocketPath)
+		}
+	}
+	if entries, err := os.ReadDir(h.Root); err == nil && len(entries) > 0 {
+		return resources{}, fmt.Errorf("root %s is not empty: the harness removes its root at Close, give it an empty or new directory", h.Root)
+	}
+	if err := os.MkdirAll(h.Root, 0o711); err != nil {
+		return resources{}, err
+	}
+	return resources{ID: id, Root: h.Root, ConfigPath: h.ConfigPath, Address: h.Address, Bridge: h.Bridge,
+		Network: h.Network, Subnet: subnet.String(), CgroupParent: h.CgroupParent}, nil
+}
+
+func (h *Harness) setUp(ctx context.Context) error {
+	for _, dir := range []string{h.NRIPluginDir, h.NRIPluginConfigDir, h.CNIConfDir, h.IPAMDataDir, filepath.Join(h.Root, "tmp")} {
+		if err := os.MkdirAll(dir, 0o711); err != nil {
+			return err
+		}
+	}
+	if err := h.writeConfigs(); err != nil {
+		return err
+	}
+	conn, err := grpc.NewClient("unix://"+h.Address,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// Reconnect quickly after a restart; gRPC's default backoff grows to two minutes.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, MaxDelay: time.Second},
+			MinConnectTimeout: time.Second,
+		}))
+	if err != nil {
+		return err
+	}
+	h.conn = conn
+	h.Runtime = criruntime.NewRuntimeServiceClient(conn)
+	h.Images = criruntime.NewImageServiceClient(conn)
+
+	h.opts.Logf("harness %s: starting %s in %s (bridge %s, subnet %s)", h.ID, h.opts.Containerd, h.Root, h.Bridge, h.Subnet)
+	if err := h.Start(ctx); err != nil {
+		return err
+	}
+	return h.importImages(ctx)
+}
+
+// importImages imports the test image archives and waits until CRI sees them.
+func (h *Harness) importImages(ctx context.Context) error {
+	for _, archive := range []string{testimages.PauseArchive, testimages.BusyboxArchive} {
+		if _, err := h.Ctr(ctx, "images", "import", filepath.Join(h.opts.ImageDir, archive)); err != nil {
+			return err
+		}
+	}
+	for _, image := range []string{testimages.PauseImage, testimages.BusyboxImage} {
+		if err := poll(ctx, 30*time.Second, func() error {
+			resp, err := h.Images.ImageStatus(ctx, &criruntime.ImageStatusRequest{Image: &criruntime.ImageSpec{Image: image}})
+			if err == nil && resp.GetImage() == nil {
+				err = errors.New("not known to CRI yet")
+			}
+			return err
+		}); err != nil {
+			return fmt.Errorf("image %s after import: %w", image, err)
+		}
+	}
+	return nil
+}
+
+// Start starts the daemon (Options.Containerd) on the instance's root and waits for CRI
+// readiness. It fails if the daemon is already running.
+func (h *Harness) Start(ctx context.Context) error {
+	return h.StartBinary(ctx, h.opts.Containerd)
+}
+
+// StartBinary is Start with another containerd binary on the same root and configuration, e.g.
+// an upstream build; its directory comes first in the daemon's PATH.
+func (h *Harness) StartBinary(ctx context.Context, binary string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return errors.New("harness is closed")
+	}
+	if h.daemon != nil && !h.daemon.exited() {
+		return fmt.Errorf("containerd %s is already running (pid %d)", h.daemon.binary, h.daemon.pid)
+	}
+	log, err := os.OpenFile(h.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer log.Close() // the child has its own descriptor
+	fmt.Fprintf(log, "=== harness %s: %s starting %s\n", h.ID, time.Now().UTC().Format(time.RFC3339Nano), binary)
+	env := append(os.Environ(), "PATH="+strings.Join([]string{filepath.Dir(binary), h.opts.BinDir,
+		"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}, ":"))
+	d, err := startDaemon(binary, []string{"--config", h.ConfigPath}, env, log)
+	if err != nil {
+		return err
+	}
+	h.daemon = d
+	if err := h.waitReady(ctx, d); err != nil {
+		return fmt.Errorf("containerd %s (pid %d) not ready: %w\n%s", binary, d.pid, err, h.LogTail(30))
+	}
+	return nil
+}
+
+// waitReady polls CRI Status until the runtime (and, unless skipped, the network) is ready.
+func (h *Harness) waitReady(ctx context.Context, d *daemon) error {
+	return poll(ctx, h.opts.StartTimeout, func() error {
+		if d.exited() {
+			return permanent{fmt.Errorf("exited: %v", d.err)}
+		}
+		callCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		resp, err := h.Runtime.Status(callCtx, &criruntime.StatusRequest{})
+		if err != nil {
+			return err
+		}
+		for _, c := range resp.GetStatus().GetConditions() {
+			wanted := c.Type == criruntime.RuntimeReady || (c.Type == criruntime.NetworkReady && !h.opts.SkipNetworkReadyWait)
+			if wanted && !c.Status {
+				return fmt.Errorf("%s is false: %s %s", c.Type, c.Reason, c.Message)
+			}
+		}
+		return nil
+	})
+}
+
+// Stop stops the daemon with SIGTERM (SIGKILL after 30 s). Pods and shims keep running.
+func (h *Harness) Stop() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.daemon == nil {
+		return errors.New("containerd is not running")
+	}
+	err := h.daemon.stop(30 * time.Second)
+	h.daemon = nil
+	return err
+}
+
+// Restart stops the daemon and starts Options.Containerd again on the same root.
+func (h *Harness) Restart(ctx context.Context) error {
+	return h.RestartBinary(ctx, h.opts.Containerd)
+}
+
+// RestartBinary stops the daemon and starts binary on the same root.
+func (h *Harness) RestartBinary(ctx context.Context, binary string) error {
+	if err := h.Stop(); err != nil {
+		return err
+	}
+	return h.StartBinary(ctx, binary)
+}
+
+// PID returns the daemon's process ID, 0 while stopped.
+func (h *Harness) PID() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.daemon == nil || h.daemon.exited() {
+		return 0
+	}
+	return h.daemon.pid
+}
+
+// Env returns the environment that points ctr and crictl at this instance.
+func (h *Harness) Env() []string {
+	return []string{"CONTAINERD_ADDRESS=" + h.Address, "CONTAINERD_NAMESPACE=" + Namespace,
+		"CRI_CONFIG_FILE=" + h.CrictlConfigPath}
+}
+
+// Crictl runs crictl against the instance and returns its standard output; an error carries
+// the command and its standard error.
+func (h *Harness) Crictl(ctx context.Context, args ...string) ([]byte, error) {
+	endpoint := "unix://" + h.Address
+	return run(ctx, h.opts.Crictl, append([]string{"--config", h.CrictlConfigPath,
+		"--runtime-endpoint", endpoint, "--image-endpoint", endpoint}, args...)...)
+}
+
+// Ctr runs ctr against the instance in the CRI namespace.
+func (h *Harness) Ctr(ctx context.Context, args ...string) ([]byte, error) {
+	return run(ctx, filepath.Join(h.opts.BinDir, "ctr"),
+		append([]string{"--address", h.Address, "--namespace", Namespace}, args...)...)
+}
+
+func run(ctx context.Context, binary string, args ...string) ([]byte, error) {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.Bytes(), fmt.Errorf("%s %s: %w: %s", binary, strings.Join(args, " "), err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	return stdout.Bytes(), nil
+}
+
+// AddCleanup registers fn to run at Close after the pods are removed and before the daemon
+// stops, last registered first (e.g. stopping an NRI plugin the caller started).
+func (h *Harness) AddCleanup(fn func() error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cleanups = append(h.cleanups, fn)
+}
+
+// RemoveAllPods stops and removes every pod sandbox (and so every container) of the instance.
+func (h *Harness) RemoveAllPods(ctx context.Context) error {
+	resp, err := h.Runtime.ListPodSandbox(ctx, &criruntime.ListPodSandboxRequest{})
+	if err != nil {
+		return fmt.Errorf("list pods: %w", err)
+	}
+	var errs []error
+	for _, pod := range resp.GetItems() {
+		if _, err := h.Runtime.StopPodSandbox(ctx, &criruntime.StopPodSandboxRequest{PodSandboxId: pod.Id}); err != nil {
+			errs = append(errs, fmt.Errorf("stop pod %s (%s): %w", pod.GetMetadata().GetName(), pod.Id, err))
+			continue
+		}
+		if _, err := h.Runtime.RemovePodSandbox(ctx, &criruntime.RemovePodSandboxRequest{PodSandboxId: pod.Id}); err != nil {
+			errs = append(errs, fmt.Errorf("remove pod %s (%s): %w", pod.GetMetadata().GetName(), pod.Id, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close removes everything the instance created: pods (through CRI while the daemon runs), the
+// registered cleanups, the daemon, leftover shims and container processes, mounts, the bridge,
+// cgroups, CNI cache entries and the root. It is safe to call more than once.
+func (h *Harness) Close() error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil
+	}
+	h.closed = true
+	d, cleanups := h.daemon, h.cleanups
+	h.daemon = nil
+	h.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var errs []error
+	if d != nil && !d.exited() && h.Runtime != nil {
+		errs = append(errs, h.RemoveAllPods(ctx))
+	}
+	for i := len(cleanups) - 1; i >= 0; i-- {
+		errs = append(errs, cleanups[i]())
+	}
+	if d != nil {
+		errs = append(errs, d.stop(30*time.Second))
+	}
+	if h.conn != nil {
+		errs = append(errs, h.conn.Close())
+	}
+	if err := teardown(h.res); err != nil {
+		// Keep the lease file: the next harness retries the teardown.
+		errs = append(errs, err, h.lease.file.Close())
+	} else {
+		errs = append(errs, h.lease.release())
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("close harness %s: %w", h.ID, err)
+	}
+	return nil
+}
+
+// LogTail returns the last n lines of the daemon log, headed by its path.
+func (h *Harness) LogTail(n int) string {
+	data, err := os.ReadFile(h.LogPath)
+	if err != nil {
+		return fmt.Sprintf("(no containerd log: %v)", err)
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return "last lines of " + h.LogPath + ":\n" + strings.Join(lines, "\n")
+}
+
+// permanent marks an error poll must not retry.
+type permanent struct{ error }
+
+// poll calls check every 50 ms until it returns nil, returns a permanent error, ctx ends or
+// timeout passes; the error is check's last.
+func poll(ctx context.Context, timeout time.Duration, check func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return nil
+		}
+		var p permanent
+		if errors.As(err, &p) {
+			return p.error
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("still failing after %s: %w", timeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

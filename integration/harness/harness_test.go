@@ -1,0 +1,91 @@
+package harness
+
+import (
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/pelletier/go-toml/v2"
+)
+
+func TestContainerdConfigMergesExtraConfig(t *testing.T) {
+	h := &Harness{Root: "/r", Address: "/r/c.sock", NRISocket: "/r/nri.sock", opts: Options{
+		LogLevel: "info", Runc: "/usr/local/bin/runc",
+		ExtraConfig: "[plugins.'io.containerd.nri.v1.nri']\nplugin_request_timeout = '50ms'\n" +
+			"[plugins.'io.containerd.cri.v1.runtime'.cni]\ndisable_cni = true\n",
+	}}
+	data, err := h.containerdConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var config struct {
+		Plugins struct {
+			NRI struct {
+				SocketPath     string `toml:"socket_path"`
+				RequestTimeout string `toml:"plugin_request_timeout"`
+			} `toml:"io.containerd.nri.v1.nri"`
+			Runtime struct {
+				RestrictOOMScoreAdj bool `toml:"restrict_oom_score_adj"`
+				CNI                 struct {
+					DisableCNI bool     `toml:"disable_cni"`
+					BinDirs    []string `toml:"bin_dirs"`
+				} `toml:"cni"`
+			} `toml:"io.containerd.cri.v1.runtime"`
+		} `toml:"plugins"`
+	}
+	if err := toml.Unmarshal(data, &config); err != nil {
+		t.Fatalf("generated config is not TOML: %v\n%s", err, data)
+	}
+	nri, runtime := config.Plugins.NRI, config.Plugins.Runtime
+	if nri.RequestTimeout != "50ms" || nri.SocketPath != "/r/nri.sock" {
+		t.Errorf("NRI config %+v: want the extra timeout 50ms next to the generated socket /r/nri.sock", nri)
+	}
+	if !runtime.CNI.DisableCNI || len(runtime.CNI.BinDirs) != 1 || !runtime.RestrictOOMScoreAdj {
+		t.Errorf("CRI runtime config %+v: want the extra disable_cni merged into the generated table", runtime)
+	}
+}
+
+func TestContainerdConfigRejectsInvalidExtraConfig(t *testing.T) {
+	h := &Harness{opts: Options{ExtraConfig: "[plugins"}}
+	if _, err := h.containerdConfig(); err == nil || !strings.Contains(err.Error(), "ExtraConfig") {
+		t.Errorf("invalid ExtraConfig gave error %v, want one naming ExtraConfig", err)
+	}
+}
+
+func TestPickSubnetAvoidsUsedNetworks(t *testing.T) {
+	// Everything of the pool but 10.250.7.0/24 is taken, partly by a wider route.
+	var used []*net.IPNet
+	for _, cidr := range []string{"10.240.0.0/13", "10.248.0.0/15", "10.251.0.0/16", "10.252.0.0/14",
+		"10.250.0.0/22", "10.250.4.0/23", "10.250.6.0/24", "10.250.8.0/21", "10.250.16.0/20",
+		"10.250.32.0/19", "10.250.64.0/18", "10.250.128.0/17"} {
+		_, n, err := net.ParseCIDR(cidr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		used = append(used, n)
+	}
+	got, err := pickSubnet(used)
+	if err != nil || got.String() != "10.250.7.0/24" {
+		t.Fatalf("pickSubnet = %v, %v; want the only free subnet 10.250.7.0/24", got, err)
+	}
+	_, whole, _ := net.ParseCIDR("10.0.0.0/8")
+	if got, err := pickSubnet([]*net.IPNet{whole}); err == nil {
+		t.Errorf("pickSubnet with 10.0.0.0/8 routed returned %v, want an error", got)
+	}
+}
+
+func TestHasArgPair(t *testing.T) {
+	for _, tc := range []struct {
+		argv []string
+		want bool
+	}{
+		{[]string{"containerd", "--config", "/r/config.toml"}, true},
+		{[]string{"containerd", "--config=/r/config.toml"}, true},
+		{[]string{"containerd", "--config", "/r/config.toml.bak"}, false},
+		{[]string{"containerd", "/r/config.toml", "--config"}, false},
+	} {
+		if got := hasArgPair(tc.argv, "--config", "/r/config.toml"); got != tc.want {
+			t.Errorf("hasArgPair(%q) = %v, want %v", tc.argv, got, tc.want)
+		}
+	}
+}
