@@ -7,6 +7,7 @@
 # of their versions and a hash of their in-tree sources, so a changed pin never reuses stale
 # binaries, and a cached run needs neither the network nor the Go build.
 set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
 
 tree=${1:?usage: postpatch-nri.sh TREE TOOLSDIR}
 tools=${2:?usage: postpatch-nri.sh TREE TOOLSDIR}
@@ -71,3 +72,11 @@ for proto in "${protos[@]}"; do
 done
 # NRI's Makefile keeps the ttrpc bindings out of WASM plugins with this build tag.
 sed -i '1s;^;//go:build !wasip1\n\n;' pkg/api/api_ttrpc.pb.go
+
+# Hide the regenerated files from git status and `git commit -a` in the development tree, so that
+# generated code never ends up in a commit, hence never in patches/nri.
+if [ -d .git ]; then
+	source "$here/lib.sh"
+	git ls-files -z -- "${KNEXT_GENERATED_PATHSPEC[@]/#:(exclude)/}" |
+		xargs -0 --no-run-if-empty git update-index --skip-worktree --
+fi

@@ -34,7 +34,7 @@ git -C "$nri" archive "$tag" | tar -x -C "$tmp/regenerated"
 find "$tmp/committed" "$tmp/regenerated" -name '*.go' -exec \
 	sed -i 's;^\(//[[:space:]]*protoc[[:space:]]\+\)v[0-9][^[:space:]]*$;\1vX;' {} +
 if ! diff -r -u "$tmp/committed" "$tmp/regenerated"; then
-	echo "verify-proto: regenerating upstream $tag's proto does not reproduce its generated code" >&2
+	echo "verify-proto: regenerating $tag's proto does not reproduce its generated code" >&2
 	exit 1
 fi
 
