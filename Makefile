@@ -27,7 +27,7 @@ IMAGES := $(BUILD)/images
 export KNEXT_BIN_DIR := $(BIN)
 export KNEXT_IMAGES_DIR := $(IMAGES)
 
-.PHONY: all src build images demo test integration patches verify clean
+.PHONY: all src build images demo test integration patches verify verify-proto clean
 all: build
 
 src: $(SRC_STAMP)
@@ -39,6 +39,7 @@ build: src
 	go build -tags "$(GO_TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN)/containerd ./cmd/containerd
 	CGO_ENABLED=0 go build -tags "$(SHIM_TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN)/containerd-shim-runc-v2 $(CONTAINERD_MOD)/cmd/containerd-shim-runc-v2
 	go build -tags "$(GO_TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN)/ctr $(CONTAINERD_MOD)/cmd/ctr
+	go build -o $(BIN)/nri-bridge ./cmd/nri-bridge
 
 # Test images (contrib/images/testimages): knext.local/pause:3.10, knext.local/busybox:1.35.
 images:
@@ -58,6 +59,8 @@ integration: build images
 test: build images
 	@contrib/ci/check-deps.sh
 	@contrib/build/verify.sh
+	@contrib/build/verify-proto.sh
+	@contrib/ci/lint.sh
 	go build -o $(BIN)/testsum ./contrib/ci/testsum
 	@contrib/ci/test.sh
 
@@ -66,6 +69,10 @@ patches:
 
 verify:
 	@contrib/build/verify.sh
+
+# Regenerating upstream's own proto reproduces its generated files; materializing is deterministic.
+verify-proto:
+	@contrib/build/verify-proto.sh
 
 clean:
 	rm -rf $(BUILD)

@@ -33,6 +33,10 @@ run_suite() { # run_suite NAME COMMAND...
 }
 
 run_suite knext-unit go test -race -json $(own_packages)
+run_suite nri-unit contrib/ci/upstream/nri-unit.sh
+# A few seconds of coverage-guided fuzzing of the merge and validation of plugin answers.
+run_suite nri-fuzz go test -json -run '^$' -fuzz '^FuzzMergePodSandboxStatus$' -fuzztime 5s \
+	github.com/containerd/nri/pkg/adaptation
 run_suite knext-integration go test -race -count=1 -p 2 -json ./integration/...
 
 echo
