@@ -23,11 +23,14 @@ SRC_STAMP := $(BUILD)/src/.stamp
 PATCHES := $(wildcard patches/*/*.patch)
 
 IMAGES := $(BUILD)/images
+# Pristine upstream containerd (no patches), for compatibility tests and the benchmark baseline.
+UPSTREAM_BIN := $(BUILD)/upstream/bin
+export KNEXT_UPSTREAM_BIN_DIR := $(UPSTREAM_BIN)
 # Where the integration harness and the demo find knext's binaries and the test images.
 export KNEXT_BIN_DIR := $(BIN)
 export KNEXT_IMAGES_DIR := $(IMAGES)
 
-.PHONY: all src build images demo test integration patches verify verify-proto clean
+.PHONY: all src build upstream images demo test integration patches verify verify-proto clean
 all: build
 
 src: $(SRC_STAMP)
@@ -41,6 +44,11 @@ build: src
 	go build -tags "$(GO_TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN)/ctr $(CONTAINERD_MOD)/cmd/ctr
 	go build -o $(BIN)/nri-bridge ./cmd/nri-bridge
 
+upstream:
+	@dir=$$(GOWORK=off go mod download -json $(CONTAINERD_MOD)@$(UPSTREAM_VERSION) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p'); \
+	GOWORK=off go build -C $$dir -tags "$(GO_TAGS)" -o $(UPSTREAM_BIN)/containerd ./cmd/containerd && \
+	GOWORK=off CGO_ENABLED=0 go build -C $$dir -tags "$(SHIM_TAGS)" -o $(UPSTREAM_BIN)/containerd-shim-runc-v2 ./cmd/containerd-shim-runc-v2
+
 # Test images (contrib/images/testimages): knext.local/pause:3.10, knext.local/busybox:1.35.
 images:
 	CGO_ENABLED=0 go build -trimpath -ldflags=-s -o $(IMAGES)/pause ./contrib/images/pause
@@ -52,11 +60,11 @@ demo: build images
 	go build -o $(BIN)/knext-demo ./contrib/demo
 	$(BIN)/knext-demo -root $(BUILD)/demo
 
-integration: build images
+integration: build upstream images
 	go test -race -count=1 -p 2 ./integration/...
 
 # The README's test command: every suite, counted per suite (contrib/ci/test.sh).
-test: build images
+test: build upstream images
 	@contrib/ci/check-deps.sh
 	@contrib/build/verify.sh
 	@contrib/build/verify-proto.sh

@@ -15,12 +15,15 @@ import (
 // testTimeout bounds each test's CRI calls; the go test -timeout should be larger.
 const testTimeout = 3 * time.Minute
 
-// TestMain lets the test binary double as a crashing harness owner (see runCrashingOwner).
+// TestMain lets the test binary double as a crashing harness owner (see runCrashingOwner), and
+// removes the binaries the tests built.
 func TestMain(m *testing.M) {
 	if os.Getenv(crashingOwnerEnv) != "" {
 		os.Exit(runCrashingOwner())
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	removeBuiltBinaries()
+	os.Exit(code)
 }
 
 // startHarness starts a private containerd for t and tears it down when t ends, pass or fail.

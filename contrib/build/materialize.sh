@@ -38,6 +38,8 @@ $msg"
 		fi
 	done
 	shopt -u nullglob
+	# Remembered so that make src can tell local commits from an outdated series.
+	git -C "$tree" rev-parse HEAD >"$tree/.git/knext-applied-head"
 	# A tree whose patches touch inputs of generated code regenerates it here (never in a patch).
 	if [ -x "$KNEXT_ROOT/contrib/build/postpatch-$name.sh" ]; then
 		"$KNEXT_ROOT/contrib/build/postpatch-$name.sh" "$tree" "${KNEXT_TOOLS_DIR:-$out/tools}" ||

@@ -222,3 +222,20 @@ func mustRead(t *testing.T, path string) []byte {
 	}
 	return b
 }
+
+func TestSrcFollowsANewSeriesWhenTheTreeHasNoLocalCommits(t *testing.T) {
+	r := newRepoCopy(t)
+	out := filepath.Join(r.root, "build")
+	r.mustRun("materialize.sh", out)
+
+	// Someone else's series arrives in patches/ (a pull), made in another tree.
+	other := filepath.Join(r.root, "other")
+	r.mustRun("materialize.sh", other)
+	commitFile(t, filepath.Join(other, "src", "nri"), "KNEXT_PULLED", "pulled\n", "Arrive with a pull")
+	r.mustRun("export.sh", other, filepath.Join(r.root, "patches"))
+
+	r.mustRun("src.sh", out)
+	if content, err := os.ReadFile(filepath.Join(out, "src", "nri", "KNEXT_PULLED")); err != nil || string(content) != "pulled\n" {
+		t.Fatalf("src.sh did not apply the new series: %q, %v", content, err)
+	}
+}

@@ -11,6 +11,8 @@ for name in $(module_names); do
 	if [ -n "$(git -C "$tree" status --porcelain -- . "${KNEXT_GENERATED_PATHSPEC[@]}")" ]; then
 		die "$tree has uncommitted changes; commit them (then make patches) or discard them before make src"
 	fi
+	# No commit since materialize: nothing to lose, even if patches/ moved on meanwhile.
+	[ "$(git -C "$tree" rev-parse HEAD)" = "$(cat "$tree/.git/knext-applied-head" 2>/dev/null)" ] && continue
 	exported=$(mktemp -d)
 	trap 'rm -rf "$exported"' EXIT
 	export_series "$tree" "$name" "$exported"

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// daemon is one run of the containerd process.
+// daemon is one run of a child process: containerd, or a helper started by StartProcess.
 type daemon struct {
 	binary string
 	pid    int

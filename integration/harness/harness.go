@@ -375,15 +375,22 @@ func (h *Harness) RemoveAllPods(ctx context.Context) error {
 	}
 	var errs []error
 	for _, pod := range resp.GetItems() {
-		if _, err := h.Runtime.StopPodSandbox(ctx, &criruntime.StopPodSandboxRequest{PodSandboxId: pod.Id}); err != nil {
-			errs = append(errs, fmt.Errorf("stop pod %s (%s): %w", pod.GetMetadata().GetName(), pod.Id, err))
-			continue
-		}
-		if _, err := h.Runtime.RemovePodSandbox(ctx, &criruntime.RemovePodSandboxRequest{PodSandboxId: pod.Id}); err != nil {
-			errs = append(errs, fmt.Errorf("remove pod %s (%s): %w", pod.GetMetadata().GetName(), pod.Id, err))
+		if err := h.RemovePod(ctx, pod.Id); err != nil {
+			errs = append(errs, fmt.Errorf("pod %s: %w", pod.GetMetadata().GetName(), err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// RemovePod stops and removes pod sandbox id (and so its containers).
+func (h *Harness) RemovePod(ctx context.Context, id string) error {
+	if _, err := h.Runtime.StopPodSandbox(ctx, &criruntime.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+		return fmt.Errorf("stop pod %s: %w", id, err)
+	}
+	if _, err := h.Runtime.RemovePodSandbox(ctx, &criruntime.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
+		return fmt.Errorf("remove pod %s: %w", id, err)
+	}
+	return nil
 }
 
 // Close removes everything the instance created: pods (through CRI while the daemon runs), the

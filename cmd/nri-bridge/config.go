@@ -1,0 +1,250 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Config is the plugin configuration as an operator writes it: the YAML that NRI passes to
+// Configure (plugin_config_path/<idx>-<name>.conf), the -config file, or flags.
+type Config struct {
+	// Bridge is the host bridge the pods' veths are attached to; created if missing.
+	Bridge string `json:"bridge,omitempty"`
+	// MTU of the bridge and of both ends of every veth.
+	MTU int `json:"mtu,omitempty"`
+	// StateDir holds the allocation database.
+	StateDir string `json:"stateDir,omitempty"`
+	// IPv4 and IPv6 are the pod subnets; at least one is required.
+	IPv4 *SubnetConfig `json:"ipv4,omitempty"`
+	IPv6 *SubnetConfig `json:"ipv6,omitempty"`
+}
+
+// SubnetConfig is one family's pod subnet.
+type SubnetConfig struct {
+	Subnet string `json:"subnet"`
+	// Gateway is the bridge's address and the pods' default gateway; defaults to the first
+	// address of Subnet.
+	Gateway string `json:"gateway,omitempty"`
+}
+
+const (
+	defaultBridge   = "nribr0"
+	defaultMTU      = 1500
+	defaultStateDir = "/var/lib/nri-bridge"
+	maxIfNameLen    = 15 // IFNAMSIZ - 1
+)
+
+func defaultConfig() Config {
+	return Config{Bridge: defaultBridge, MTU: defaultMTU, StateDir: defaultStateDir}
+}
+
+// settings is a validated Config.
+type settings struct {
+	bridge   string
+	mtu      int
+	stateDir string
+	pools    []pool // IPv4 first when both are configured: the first pool gives the primary IP
+}
+
+func (s *settings) equal(o *settings) bool {
+	return s.bridge == o.bridge && s.mtu == o.mtu && s.stateDir == o.stateDir && slices.Equal(s.pools, o.pools)
+}
+
+// pool is one family's subnet with the addresses that pods never get.
+type pool struct {
+	family  string // "IPv4" or "IPv6", as errors name it
+	subnet  netip.Prefix
+	gateway netip.Addr
+}
+
+func (p pool) String() string {
+	return fmt.Sprintf("%s %s gateway %s", p.family, p.subnet, p.gateway)
+}
+
+// gatewayPrefix is the gateway address with the subnet's length, as set on the bridge.
+func (p pool) gatewayPrefix() netip.Prefix {
+	return netip.PrefixFrom(p.gateway, p.subnet.Bits())
+}
+
+// reserved tells whether addr is never handed to a pod: the network address (IPv6: the
+// subnet-router anycast address), the gateway and, for IPv4, the broadcast address.
+func (p pool) reserved(addr netip.Addr) bool {
+	return addr == p.subnet.Addr() || addr == p.gateway || (addr.Is4() && addr == lastAddr(p.subnet))
+}
+
+// lastAddr is the highest address of prefix.
+func lastAddr(prefix netip.Prefix) netip.Addr {
+	raw := prefix.Addr().AsSlice()
+	for bit := prefix.Bits(); bit < len(raw)*8; bit++ {
+		raw[bit/8] |= 0x80 >> (bit % 8)
+	}
+	addr, _ := netip.AddrFromSlice(raw)
+	return addr
+}
+
+// validate checks everything that can be checked without looking at the host.
+func (c Config) validate() (*settings, error) {
+	s := &settings{bridge: c.Bridge, mtu: c.MTU, stateDir: c.StateDir}
+	if err := validIfName(c.Bridge); err != nil {
+		return nil, fmt.Errorf("bridge: %w", err)
+	}
+	if c.StateDir == "" || !filepath.IsAbs(c.StateDir) {
+		return nil, fmt.Errorf("stateDir %q: must be an absolute path", c.StateDir)
+	}
+	if c.IPv4 == nil && c.IPv6 == nil {
+		return nil, errors.New("no pod subnet configured: set ipv4.subnet and/or ipv6.subnet")
+	}
+	for _, fc := range []struct {
+		family string
+		cfg    *SubnetConfig
+	}{{"IPv4", c.IPv4}, {"IPv6", c.IPv6}} {
+		if fc.cfg == nil {
+			continue
+		}
+		p, err := parsePool(fc.family, fc.cfg)
+		if err != nil {
+			return nil, err
+		}
+		s.pools = append(s.pools, p)
+	}
+	minMTU := 576 // RFC 791: every IPv4 host accepts 576-byte datagrams
+	if c.IPv6 != nil {
+		minMTU = 1280 // RFC 8200
+	}
+	if c.MTU < minMTU || c.MTU > 65535 {
+		return nil, fmt.Errorf("mtu %d: must be between %d and 65535", c.MTU, minMTU)
+	}
+	return s, nil
+}
+
+func validIfName(name string) error {
+	if name == "" || len(name) > maxIfNameLen || name == "." || name == ".." ||
+		strings.ContainsAny(name, "/: \t\n") {
+		return fmt.Errorf("%q is not a valid interface name (1-%d characters, no '/', ':' or spaces)",
+			name, maxIfNameLen)
+	}
+	return nil
+}
+
+func parsePool(family string, c *SubnetConfig) (pool, error) {
+	key := strings.ToLower(family)
+	subnet, err := netip.ParsePrefix(c.Subnet)
+	if err != nil {
+		return pool{}, fmt.Errorf("%s.subnet %q: not a CIDR subnet: %w", key, c.Subnet, err)
+	}
+	addr := subnet.Addr()
+	if is4 := family == "IPv4"; addr.Is4() != is4 || addr.Is4In6() {
+		return pool{}, fmt.Errorf("%s.subnet %s: not an %s subnet", key, subnet, family)
+	}
+	if subnet.Masked() != subnet {
+		return pool{}, fmt.Errorf("%s.subnet %s: host bits set (the subnet is %s)", key, subnet, subnet.Masked())
+	}
+	if !addr.IsGlobalUnicast() {
+		return pool{}, fmt.Errorf("%s.subnet %s: not a unicast subnet (loopback, link-local, multicast or unspecified)", key, subnet)
+	}
+	// The gateway and at least one pod must fit besides the reserved addresses.
+	if subnet.Bits() > maxBits(family) {
+		return pool{}, fmt.Errorf("%s.subnet %s: too small, no room for a gateway and a pod (at most /%d)",
+			key, subnet, maxBits(family))
+	}
+	p := pool{family: family, subnet: subnet}
+	if c.Gateway == "" {
+		p.gateway = addr.Next()
+		return p, nil
+	}
+	if p.gateway, err = netip.ParseAddr(c.Gateway); err != nil {
+		return pool{}, fmt.Errorf("%s.gateway %q: not an IP address: %w", key, c.Gateway, err)
+	}
+	if !subnet.Contains(p.gateway) {
+		return pool{}, fmt.Errorf("%s.gateway %s: outside subnet %s", key, p.gateway, subnet)
+	}
+	if p.gateway == addr || (p.gateway.Is4() && p.gateway == lastAddr(subnet)) {
+		return pool{}, fmt.Errorf("%s.gateway %s: the network or broadcast address of %s", key, p.gateway, subnet)
+	}
+	return p, nil
+}
+
+// maxBits is the longest prefix with room for the reserved addresses, the gateway and a pod.
+func maxBits(family string) int {
+	if family == "IPv4" {
+		return 30
+	}
+	return 126
+}
+
+// checkHostOverlap refuses pools that overlap a route of the host that does not go through
+// the plugin's own bridge: pods would shadow (or be shadowed by) an existing network.
+func (s *settings) checkHostOverlap(routes []hostRoute) error {
+	for _, p := range s.pools {
+		for _, r := range routes {
+			if r.dev == s.bridge || r.dst.Bits() == 0 || !r.dst.Overlaps(p.subnet) {
+				continue
+			}
+			return fmt.Errorf("%s subnet %s overlaps the host route %s dev %s", p.family, p.subnet, r.dst, r.dev)
+		}
+	}
+	return nil
+}
+
+// hostRoute is a destination the host already routes somewhere.
+type hostRoute struct {
+	dst netip.Prefix
+	dev string
+}
+
+// configFlags records the flags given on the command line; they override the YAML config.
+type configFlags struct {
+	file      string
+	overrides []func(*Config)
+}
+
+func (f *configFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.file, "config", "", "YAML configuration `file` (standalone mode; a runtime-supplied configuration replaces it)")
+	str := func(name, usage string, set func(*Config, string)) {
+		fs.Func(name, usage, func(v string) error {
+			f.overrides = append(f.overrides, func(c *Config) { set(c, v) })
+			return nil
+		})
+	}
+	subnet := func(c **SubnetConfig) *SubnetConfig {
+		if *c == nil {
+			*c = &SubnetConfig{}
+		}
+		return *c
+	}
+	str("bridge", "bridge `name` (default "+defaultBridge+")", func(c *Config, v string) { c.Bridge = v })
+	str("state-dir", "state `directory` (default "+defaultStateDir+")", func(c *Config, v string) { c.StateDir = v })
+	str("ipv4-subnet", "pod IPv4 `CIDR`", func(c *Config, v string) { subnet(&c.IPv4).Subnet = v })
+	str("ipv4-gateway", "IPv4 gateway `address` (default: first address of the subnet)", func(c *Config, v string) { subnet(&c.IPv4).Gateway = v })
+	str("ipv6-subnet", "pod IPv6 `CIDR`", func(c *Config, v string) { subnet(&c.IPv6).Subnet = v })
+	str("ipv6-gateway", "IPv6 gateway `address` (default: first address of the subnet)", func(c *Config, v string) { subnet(&c.IPv6).Gateway = v })
+	fs.Func("mtu", "`MTU` of the bridge and the veths (default "+strconv.Itoa(defaultMTU)+")", func(v string) error {
+		mtu, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("not a number: %q", v)
+		}
+		f.overrides = append(f.overrides, func(c *Config) { c.MTU = mtu })
+		return nil
+	})
+}
+
+// resolveConfig builds the configuration: defaults, then the YAML document (unknown keys are
+// an error), then the command line flags.
+func resolveConfig(yamlDoc []byte, flags *configFlags) (Config, error) {
+	cfg := defaultConfig()
+	if err := yaml.UnmarshalStrict(yamlDoc, &cfg); err != nil {
+		return Config{}, fmt.Errorf("invalid YAML configuration: %w", err)
+	}
+	for _, override := range flags.overrides {
+		override(&cfg)
+	}
+	return cfg, nil
+}

@@ -1,0 +1,406 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// These tests change the host: they create network namespaces, a bridge with a random name
+// and random subnets, and remove them again.
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (creates network namespaces and a bridge)")
+	}
+}
+
+func randomHex(t *testing.T, n int) string {
+	t.Helper()
+	b := make([]byte, (n+1)/2)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)[:n]
+}
+
+// freeNetworkDoc returns a configuration with a fresh bridge name and random subnets that
+// overlap nothing on the host (the plugin's own host check decides), and its settings.
+func freeNetworkDoc(t *testing.T) (string, *settings) {
+	t.Helper()
+	bridge := "nbt" + randomHex(t, 8)
+	t.Cleanup(func() {
+		if link, err := netlink.LinkByName(bridge); err == nil {
+			netlink.LinkDel(link)
+		}
+	})
+	for range 20 {
+		r := randomHex(t, 8)
+		b, _ := hex.DecodeString(r[:4])
+		doc := fmt.Sprintf(`{bridge: %s, mtu: 1400, stateDir: %q, ipv4: {subnet: 10.%d.%d.0/24}, ipv6: {subnet: "fd%s:%s::/64"}}`,
+			bridge, t.TempDir(), 200+int(b[0])%50, b[1], r[4:6], r[:4])
+		cfg, err := resolveConfig([]byte(doc), &configFlags{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := cfg.validate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := newHostNetwork(s); err == nil {
+			return doc, s
+		} else if !strings.Contains(err.Error(), "overlaps the host route") {
+			t.Fatal(err)
+		}
+	}
+	t.Fatal("no free random subnet found")
+	return "", nil
+}
+
+// newNetnsPlugin configures a real plugin on a fresh bridge.
+func newNetnsPlugin(t *testing.T) (*plugin, *settings) {
+	t.Helper()
+	doc, s := freeNetworkDoc(t)
+	p := &plugin{flags: &configFlags{}, newNetwork: newHostNetwork}
+	if err := p.configure([]byte(doc)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.close() })
+	return p, s
+}
+
+// newNetns creates a named network namespace and returns a pod that lives in it.
+func newNetns(t *testing.T, id string) (*api.PodSandbox, string) {
+	t.Helper()
+	name := "nbt-" + randomHex(t, 10)
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	// Random sandbox IDs keep host veth names apart from concurrent test runs.
+	pod := testPod(id + "-" + randomHex(t, 12))
+	pod.Linux.Namespaces[1].Path = "/run/netns/" + name
+	return pod, name
+}
+
+// podNetlink opens a netlink handle inside the pod's netns.
+func podNetlink(t *testing.T, pod *api.PodSandbox) *netlink.Handle {
+	t.Helper()
+	ns, err := netns.GetFromPath(podNetNS(pod))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	return h
+}
+
+// podState describes eth0, lo and the default routes inside the pod netns.
+func podState(t *testing.T, pod *api.PodSandbox) string {
+	t.Helper()
+	h := podNetlink(t, pod)
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eth0, err := h.LinkByName("eth0")
+	if errors.As(err, &netlink.LinkNotFoundError{}) {
+		return fmt.Sprintf("lo up=%v; no eth0", lo.Attrs().Flags&unix.IFF_UP != 0)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs, err := h.AddrList(eth0, netlink.FAMILY_ALL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var global []string
+	for _, a := range addrs {
+		if a.IP.IsGlobalUnicast() {
+			global = append(global, a.IPNet.String())
+		}
+	}
+	slices.Sort(global)
+	routes, err := h.RouteList(eth0, netlink.FAMILY_ALL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var defaults []string
+	for _, r := range routes {
+		if r.Dst == nil || r.Dst.IP.IsUnspecified() {
+			defaults = append(defaults, "default via "+r.Gw.String())
+		}
+	}
+	slices.Sort(defaults)
+	return fmt.Sprintf("lo up=%v; eth0 %s up=%v mtu=%d addrs=%v %v", lo.Attrs().Flags&unix.IFF_UP != 0,
+		eth0.Type(), eth0.Attrs().Flags&unix.IFF_UP != 0, eth0.Attrs().MTU, global, defaults)
+}
+
+func wantPodState(s *settings, addrs ...string) string {
+	slices.Sort(addrs)
+	var defaults []string
+	for _, p := range s.pools {
+		defaults = append(defaults, "default via "+p.gateway.String())
+	}
+	slices.Sort(defaults)
+	return fmt.Sprintf("lo up=true; eth0 veth up=true mtu=%d addrs=%v %v", s.mtu, addrs, defaults)
+}
+
+// withPrefix renders the pod's reported IPs with their subnet lengths.
+func withPrefix(s *settings, ips string) []string {
+	var out []string
+	for i, ip := range strings.Split(ips, ",") {
+		out = append(out, netip.PrefixFrom(netip.MustParseAddr(ip), s.pools[i].subnet.Bits()).String())
+	}
+	return out
+}
+
+func ping(t *testing.T, netnsName, addr string) error {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", netnsName, "busybox", "ping", "-c", "1", "-W", "2", addr).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ping %s from %s: %v: %s", addr, netnsName, err, out)
+	}
+	return nil
+}
+
+func TestNetnsRunAndStop(t *testing.T) {
+	requireRoot(t)
+	p, s := newNetnsPlugin(t)
+	podA, nsA := newNetns(t, "a")
+	podB, nsB := newNetns(t, "b")
+
+	for _, pod := range []*api.PodSandbox{podA, podB} {
+		if err := p.RunPodSandbox(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ipsA, ipsB := podIPsOK(t, p, podA), podIPsOK(t, p, podB)
+	if got, want := podState(t, podA), wantPodState(s, withPrefix(s, ipsA)...); got != want {
+		t.Errorf("pod a:\n got %s\nwant %s", got, want)
+	}
+
+	// Host side: the bridge carries the gateways, the veth is attached to it.
+	bridge, err := netlink.LinkByName(s.bridge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostVeth, err := netlink.LinkByName(hostVethName(podA.Id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hostVeth.Attrs().MasterIndex != bridge.Attrs().Index || hostVeth.Attrs().Flags&unix.IFF_UP == 0 || hostVeth.Attrs().MTU != s.mtu {
+		t.Errorf("host veth %s: master %d (bridge %d), flags %v, mtu %d", hostVeth.Attrs().Name,
+			hostVeth.Attrs().MasterIndex, bridge.Attrs().Index, hostVeth.Attrs().Flags, hostVeth.Attrs().MTU)
+	}
+	brAddrs, err := netlink.AddrList(bridge, netlink.FAMILY_ALL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pl := range s.pools {
+		if !slices.ContainsFunc(brAddrs, func(a netlink.Addr) bool { return a.IPNet.String() == pl.gatewayPrefix().String() }) {
+			t.Errorf("bridge lacks gateway %s: %v", pl.gatewayPrefix(), brAddrs)
+		}
+	}
+
+	// The pods reach the gateways and each other over both families.
+	for _, target := range append(strings.Split(ipsB, ","), s.pools[0].gateway.String(), s.pools[1].gateway.String()) {
+		if err := ping(t, nsA, target); err != nil {
+			t.Error(err)
+		}
+	}
+
+	// Replaying RunPodSandbox changes nothing: same addresses, same interface.
+	h := podNetlink(t, podA)
+	eth0Before, err := h.LinkByName("eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.RunPodSandbox(ctx, podA); err != nil {
+		t.Fatal(err)
+	}
+	eth0After, err := h.LinkByName("eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if eth0After.Attrs().Index != eth0Before.Attrs().Index || podIPsOK(t, p, podA) != ipsA {
+		t.Errorf("replay changed eth0 (index %d -> %d) or IPs (%s -> %s)", eth0Before.Attrs().Index,
+			eth0After.Attrs().Index, ipsA, podIPsOK(t, p, podA))
+	}
+	if got, want := podState(t, podA), wantPodState(s, withPrefix(s, ipsA)...); got != want {
+		t.Errorf("pod a after replay:\n got %s\nwant %s", got, want)
+	}
+
+	// Stop removes both veth ends and releases; stop and remove again are no-ops.
+	for range 2 {
+		if err := p.StopPodSandbox(ctx, podA); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.RemovePodSandbox(ctx, podA); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := netlink.LinkByName(hostVethName(podA.Id)); !errors.As(err, &netlink.LinkNotFoundError{}) {
+		t.Errorf("host veth after stop: %v", err)
+	}
+	if got := podState(t, podA); got != "lo up=true; no eth0" {
+		t.Errorf("pod a after stop: %s", got)
+	}
+	if podIPsOK(t, p, podA) != "" {
+		t.Error("pod a still reported after stop")
+	}
+
+	// Stop is safe when the runtime already destroyed the pod's netns.
+	if out, err := exec.Command("ip", "netns", "del", nsB).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns del: %v: %s", err, out)
+	}
+	if err := p.StopPodSandbox(ctx, podB); err != nil {
+		t.Fatalf("stop after netns deletion: %v", err)
+	}
+	if podIPsOK(t, p, podB) != "" {
+		t.Error("pod b still reported after stop")
+	}
+	if _, err := netlink.LinkByName(hostVethName(podB.Id)); !errors.As(err, &netlink.LinkNotFoundError{}) {
+		t.Errorf("host veth of pod b after stop: %v", err)
+	}
+}
+
+func TestNetnsSetupFailureLeaksNothing(t *testing.T) {
+	requireRoot(t)
+	p, s := newNetnsPlugin(t)
+	// An interface that is not a bridge already has the bridge's name.
+	notABridge := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: s.bridge}, PeerName: s.bridge + "p"}
+	if err := netlink.LinkAdd(notABridge); err != nil {
+		t.Fatal(err)
+	}
+	pod, _ := newNetns(t, "a")
+	err := p.RunPodSandbox(ctx, pod)
+	if want := "bridge " + s.bridge + ": the existing interface is a veth, not a bridge"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("got %v, want %q", err, want)
+	}
+	if podIPsOK(t, p, pod) != "" {
+		t.Error("failed pod kept its allocation")
+	}
+	if got := podState(t, pod); got != "lo up=false; no eth0" {
+		t.Errorf("failed pod's netns: %s", got)
+	}
+
+	// A netns path that does not exist fails cleanly too.
+	missing := testPod("m-" + randomHex(t, 12))
+	missing.Linux.Namespaces[1].Path = "/run/netns/nbt-does-not-exist"
+	if link, err := netlink.LinkByName(s.bridge); err == nil {
+		netlink.LinkDel(link)
+	}
+	err = p.RunPodSandbox(ctx, missing)
+	if err == nil || !strings.Contains(err.Error(), "opening network namespace /run/netns/nbt-does-not-exist") {
+		t.Fatalf("missing netns: got %v", err)
+	}
+	if podIPsOK(t, p, missing) != "" {
+		t.Error("pod with missing netns kept its allocation")
+	}
+}
+
+func TestNetnsRecreatesVethAfterInterruptedSetup(t *testing.T) {
+	requireRoot(t)
+	p, s := newNetnsPlugin(t)
+	pod, _ := newNetns(t, "a")
+	if err := p.RunPodSandbox(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	ips := podIPsOK(t, p, pod)
+	// Simulate a crash that left the allocation but lost eth0 (e.g. the pair was deleted).
+	if link, err := netlink.LinkByName(hostVethName(pod.Id)); err == nil {
+		netlink.LinkDel(link)
+	}
+	if err := p.RunPodSandbox(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := podState(t, pod), wantPodState(s, withPrefix(s, ips)...); got != want {
+		t.Errorf("after replay:\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestNetnsPreinstalledPlugin(t *testing.T) {
+	requireRoot(t)
+	doc, s := freeNetworkDoc(t)
+	// The runtime launches <plugin dir>/10-bridge (this test binary, which then runs as the
+	// plugin) with the drop-in configuration 10-bridge.conf.
+	pluginDir := t.TempDir()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(self, filepath.Join(pluginDir, "10-bridge")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(pluginDir, "10-bridge.conf"), []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	socket := filepath.Join(t.TempDir(), "nri.sock")
+	pod, _ := newNetns(t, "pre")
+	netnsPath := podNetNS(pod)
+
+	rt := startFakeRuntime(t, socket, pluginDir)
+	rt.do(t, "run "+pod.Id+" "+netnsPath)
+	h := podNetlink(t, pod)
+	eth0, err := h.LinkByName("eth0")
+	if err != nil {
+		t.Fatalf("no eth0 after RunPodSandbox through the pre-installed plugin: %v", err)
+	}
+	// The first pod gets the second address of each subnet (the first is the gateway).
+	ip4, ip6 := s.pools[0].gateway.Next(), s.pools[1].gateway.Next()
+	state := podState(t, pod)
+	if want := wantPodState(s, withPrefix(s, ip4.String()+","+ip6.String())...); state != want {
+		t.Fatalf("pod state:\n got %s\nwant %s", state, want)
+	}
+	wantStatus := fmt.Sprintf("ip=%s additional=[%s] owners=[%s@10-bridge %s@10-bridge] noanswer=0", ip4, ip6, ip4, ip6)
+	rt.ask(t, "status "+pod.Id, wantStatus)
+
+	// The runtime restarts (killing the plugin it launched); the pod is still there.
+	rt.stop()
+	rt = startFakeRuntime(t, socket, pluginDir, pod.Id+"="+netnsPath)
+	rt.ask(t, "status "+pod.Id, wantStatus) // the allocation survived the plugin's SIGKILL
+	rt.do(t, "run "+pod.Id+" "+netnsPath)   // replay: nothing changes
+	if got := podState(t, pod); got != state {
+		t.Errorf("after a runtime restart:\n got %s\nwant %s", got, state)
+	}
+	if again, err := h.LinkByName("eth0"); err != nil || again.Attrs().Index != eth0.Attrs().Index {
+		t.Errorf("eth0 was recreated by the replay: %v", err)
+	}
+	rt.do(t, "stop "+pod.Id+" "+netnsPath)
+	if got := podState(t, pod); got != "lo up=true; no eth0" {
+		t.Errorf("after stop: %s", got)
+	}
+	rt.ask(t, "status "+pod.Id, "ip= additional=[] owners=[] noanswer=0")
+	rt.stop()
+
+	// An invalid configuration fails the plugin's start. (The stub closes the connection before
+	// the runtime reads the Configure error, so the reason is only in the plugin's own log.)
+	bad := strings.Replace(doc, "/24}", "/31}", 1)
+	if err := os.WriteFile(filepath.Join(pluginDir, "10-bridge.conf"), []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rt = startFakeRuntime(t, socket, pluginDir)
+	rt.stop()
+	if want := `failed to start pre-installed NRI plugin \"bridge\": failed to configure plugin`; !strings.Contains(rt.stderr.String(), want) {
+		t.Errorf("runtime log lacks %q:\n%s", want, rt.stderr.String())
+	}
+}

@@ -1,0 +1,288 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/containerd/nri/pkg/api"
+	nrilog "github.com/containerd/nri/pkg/log"
+)
+
+// podNetwork is what the plugin does to the host and the pods' netns; a fake replaces it in
+// tests that run without root.
+type podNetwork interface {
+	setup(*allocation) error
+	teardown(*allocation) error
+}
+
+// plugin is the NRI plugin. Lifecycle events (run, stop, remove, synchronize) are serialized
+// by lifecycleMu; PodSandboxStatus only reads the store and never waits for them.
+type plugin struct {
+	flags       *configFlags
+	startupYAML []byte // the -config file, used when the runtime supplies no configuration
+	// newNetwork checks the settings against the host and returns the network to use.
+	newNetwork func(*settings) (podNetwork, error)
+
+	active      atomic.Pointer[activeConfig]
+	activateMu  sync.Mutex
+	lifecycleMu sync.Mutex
+}
+
+// activeConfig is the configuration in use with the store and network built from it.
+type activeConfig struct {
+	settings *settings
+	store    *store
+	net      podNetwork
+}
+
+var log = nrilog.Get()
+
+// hostVethPrefix starts the host-side name of every pod veth.
+const hostVethPrefix = "nbr"
+
+// hostVethName derives a stable interface name from the sandbox ID (sandbox IDs are too long
+// for IFNAMSIZ).
+func hostVethName(sandboxID string) string {
+	sum := sha256.Sum256([]byte(sandboxID))
+	return hostVethPrefix + hex.EncodeToString(sum[:])[:maxIfNameLen-len(hostVethPrefix)]
+}
+
+// podNetNS is the path of the pod's network namespace, "" for host-network pods (and for pods
+// whose netns the runtime already removed).
+func podNetNS(pod *api.PodSandbox) string {
+	for _, ns := range pod.GetLinux().GetNamespaces() {
+		if ns.GetType() == "network" {
+			return ns.GetPath()
+		}
+	}
+	return ""
+}
+
+func refOf(pod *api.PodSandbox) podRef {
+	return podRef{ID: pod.GetId(), Namespace: pod.GetNamespace(), Name: pod.GetName(), UID: pod.GetUid()}
+}
+
+// configure resolves, validates and activates a configuration document. The first successful
+// call opens the store; later calls (reconnects) must bring the same configuration.
+func (p *plugin) configure(yamlDoc []byte) error {
+	s, network, err := p.prepare(yamlDoc)
+	if err != nil {
+		return err
+	}
+
+	p.activateMu.Lock()
+	defer p.activateMu.Unlock()
+	if current := p.active.Load(); current != nil {
+		if !current.settings.equal(s) {
+			return errors.New("configuration differs from the one in use; restart nri-bridge to change it")
+		}
+		return nil
+	}
+	st, err := openStore(s.stateDir, s.pools)
+	if err != nil {
+		return err
+	}
+	p.active.Store(&activeConfig{settings: s, store: st, net: network})
+	log.Infof(context.Background(), "nri-bridge: bridge %s, pools %v, MTU %d, state in %s",
+		s.bridge, s.pools, s.mtu, s.stateDir)
+	return nil
+}
+
+// check validates a configuration document, against the host too, without activating it.
+func (p *plugin) check(yamlDoc []byte) error {
+	_, _, err := p.prepare(yamlDoc)
+	return err
+}
+
+// prepare resolves a configuration document with the plugin's flags, validates it and checks
+// it against the host.
+func (p *plugin) prepare(yamlDoc []byte) (*settings, podNetwork, error) {
+	cfg, err := resolveConfig(yamlDoc, p.flags)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := cfg.validate()
+	if err != nil {
+		return nil, nil, fmt.Errorf("invalid configuration: %w", err)
+	}
+	network, err := p.newNetwork(s)
+	if err != nil {
+		return nil, nil, fmt.Errorf("invalid configuration: %w", err)
+	}
+	return s, network, nil
+}
+
+// close releases the store; the plugin is unusable afterwards.
+func (p *plugin) close() error {
+	if a := p.active.Load(); a != nil {
+		return a.store.close()
+	}
+	return nil
+}
+
+// current returns the active configuration; NRI always configures a plugin before any event.
+func (p *plugin) current() (*activeConfig, error) {
+	a := p.active.Load()
+	if a == nil {
+		return nil, errors.New("nri-bridge is not configured yet")
+	}
+	return a, nil
+}
+
+// Configure is NRI's Configure request. runtimeConfig is the plugin's drop-in configuration
+// (empty for plugins the runtime did not launch); it replaces the -config file.
+func (p *plugin) Configure(ctx context.Context, runtimeConfig, runtime, version string) (api.EventMask, error) {
+	doc := p.startupYAML
+	if runtimeConfig != "" {
+		doc = []byte(runtimeConfig)
+	}
+	if err := p.configure(doc); err != nil {
+		return 0, fmt.Errorf("nri-bridge: %w", err)
+	}
+	log.Infof(ctx, "nri-bridge: configured by %s %s", runtime, version)
+	return 0, nil // subscribe to every event the plugin implements
+}
+
+// Synchronize reconciles the store with the pods the runtime has: allocations of pods that are
+// gone or have no network namespace any more are torn down and released.
+func (p *plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, _ []*api.Container) ([]*api.ContainerUpdate, error) {
+	a, err := p.current()
+	if err != nil {
+		return nil, err
+	}
+	p.lifecycleMu.Lock()
+	defer p.lifecycleMu.Unlock()
+
+	live := map[string]bool{}
+	for _, pod := range pods {
+		if podNetNS(pod) != "" {
+			live[pod.GetId()] = true
+		}
+	}
+	allocs, err := a.store.list()
+	if err != nil {
+		return nil, fmt.Errorf("nri-bridge: synchronize: %w", err)
+	}
+	kept := 0
+	for _, alloc := range allocs {
+		if live[alloc.Pod.ID] {
+			kept++
+			delete(live, alloc.Pod.ID)
+			continue
+		}
+		// A failed release keeps the allocation for the next Synchronize: failing here
+		// would disconnect the plugin and leave every pod without status.
+		if err := release(a, alloc); err != nil {
+			log.Errorf(ctx, "nri-bridge: synchronize: %v", err)
+			continue
+		}
+		log.Infof(ctx, "nri-bridge: released %v of %s: the pod is gone", alloc.Addrs, alloc.Pod)
+	}
+	for _, pod := range pods {
+		if live[pod.GetId()] {
+			log.Warnf(ctx, "nri-bridge: %s has a network namespace but no allocation (started while the plugin was not connected?)",
+				refOf(pod))
+		}
+	}
+	log.Infof(ctx, "nri-bridge: synchronized: %d pods from the runtime, %d allocations kept", len(pods), kept)
+	return nil, nil
+}
+
+// RunPodSandbox allocates the pod's addresses, persists them, then wires the pod. On failure
+// everything done for the pod is undone, so a failed pod start leaks nothing.
+func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
+	a, err := p.current()
+	if err != nil {
+		return err
+	}
+	ref := refOf(pod)
+	nsPath := podNetNS(pod)
+	if nsPath == "" {
+		log.Debugf(ctx, "nri-bridge: %s has no network namespace (host network), nothing to do", ref)
+		return nil
+	}
+	p.lifecycleMu.Lock()
+	defer p.lifecycleMu.Unlock()
+
+	alloc, err := a.store.allocate(ref, nsPath, hostVethName(ref.ID))
+	if err != nil {
+		return fmt.Errorf("nri-bridge: %s: %w", ref, err)
+	}
+	if err := a.net.setup(alloc); err != nil {
+		if undoErr := release(a, alloc); undoErr != nil {
+			log.Errorf(ctx, "nri-bridge: undoing failed setup: %v", undoErr)
+		}
+		return fmt.Errorf("nri-bridge: %s: %w", ref, err)
+	}
+	log.Infof(ctx, "nri-bridge: %s: %s %v via %s", ref, podIfName, alloc.Addrs, alloc.HostVeth)
+	return nil
+}
+
+// StopPodSandbox tears the pod's network down and releases its addresses.
+func (p *plugin) StopPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
+	return p.removePod(ctx, pod)
+}
+
+// RemovePodSandbox does what StopPodSandbox does, for pods whose stop failed or never came.
+func (p *plugin) RemovePodSandbox(ctx context.Context, pod *api.PodSandbox) error {
+	return p.removePod(ctx, pod)
+}
+
+func (p *plugin) removePod(ctx context.Context, pod *api.PodSandbox) error {
+	a, err := p.current()
+	if err != nil {
+		return err
+	}
+	p.lifecycleMu.Lock()
+	defer p.lifecycleMu.Unlock()
+
+	alloc, err := a.store.get(pod.GetId())
+	if err != nil {
+		return fmt.Errorf("nri-bridge: %s: %w", refOf(pod), err)
+	}
+	if alloc == nil {
+		return nil
+	}
+	if err := release(a, alloc); err != nil {
+		return fmt.Errorf("nri-bridge: %w", err)
+	}
+	log.Infof(ctx, "nri-bridge: %s: released %v", alloc.Pod, alloc.Addrs)
+	return nil
+}
+
+// release tears down the pod's veth, then frees its addresses. The allocation stays when the
+// teardown fails, so that a later stop, remove or synchronize retries it.
+func release(a *activeConfig, alloc *allocation) error {
+	if err := a.net.teardown(alloc); err != nil {
+		return fmt.Errorf("%s: %w", alloc.Pod, err)
+	}
+	if err := a.store.release(alloc.Pod.ID); err != nil {
+		return fmt.Errorf("%s: %w", alloc.Pod, err)
+	}
+	return nil
+}
+
+// podIPs are the pod's addresses, primary (IPv4 when both families are configured) first.
+func (p *plugin) podIPs(pod *api.PodSandbox) ([]string, error) {
+	a, err := p.current()
+	if err != nil {
+		return nil, err
+	}
+	alloc, err := a.store.get(pod.GetId())
+	if err != nil {
+		return nil, fmt.Errorf("nri-bridge: %s: %w", refOf(pod), err)
+	}
+	if alloc == nil {
+		return nil, nil
+	}
+	ips := make([]string, 0, len(alloc.Addrs))
+	for _, addr := range alloc.Addrs {
+		ips = append(ips, addr.Addr().String())
+	}
+	return ips, nil
+}

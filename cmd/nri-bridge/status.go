@@ -1,0 +1,24 @@
+package main
+
+import (
+	"context"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+)
+
+// Implementing stub.PodSandboxStatusInterface subscribes the plugin to POD_SANDBOX_STATUS.
+var _ stub.PodSandboxStatusInterface = (*plugin)(nil)
+
+// PodSandboxStatus reports the pod's allocated addresses: IPv4 as the primary IP when both
+// families are configured. A pod the plugin has no allocation for gets an empty answer.
+func (p *plugin) PodSandboxStatus(_ context.Context, pod *api.PodSandbox) (*api.PodSandboxStatusResponse, error) {
+	ips, err := p.podIPs(pod)
+	if err != nil {
+		return nil, err
+	}
+	if len(ips) == 0 {
+		return &api.PodSandboxStatusResponse{}, nil
+	}
+	return &api.PodSandboxStatusResponse{Ip: ips[0], AdditionalIps: ips[1:]}, nil
+}

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func openTestStore(t *testing.T, dir, doc string) *store {
+	t.Helper()
+	s, err := openStore(dir, mustValidate(t, doc).pools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.close() })
+	return s
+}
+
+func allocateOK(t *testing.T, s *store, podID string) *allocation {
+	t.Helper()
+	alloc, err := s.allocate(podRef{ID: podID}, "/run/netns/"+podID, hostVethName(podID))
+	if err != nil {
+		t.Fatalf("allocate %s: %v", podID, err)
+	}
+	return alloc
+}
+
+func addrsOf(alloc *allocation) string {
+	return fmt.Sprint(alloc.Addrs)
+}
+
+func TestStoreAllocatesOnePerFamilyIPv4First(t *testing.T) {
+	s := openTestStore(t, t.TempDir(), `{ipv6: {subnet: "fd00:1::/64"}, ipv4: {subnet: 10.1.0.0/24}}`)
+	a := allocateOK(t, s, "pod-a")
+	if got := addrsOf(a); got != "[10.1.0.2/24 fd00:1::2/64]" {
+		t.Errorf("first pod got %s", got)
+	}
+	if a.NetNS != "/run/netns/pod-a" || a.HostVeth != hostVethName("pod-a") || a.Pod.ID != "pod-a" {
+		t.Errorf("allocation %+v", a)
+	}
+	if got := addrsOf(allocateOK(t, s, "pod-b")); got != "[10.1.0.3/24 fd00:1::3/64]" {
+		t.Errorf("second pod got %s", got)
+	}
+	// Replaying an allocation returns it unchanged and consumes nothing.
+	if got := addrsOf(allocateOK(t, s, "pod-a")); got != "[10.1.0.2/24 fd00:1::2/64]" {
+		t.Errorf("replayed allocation got %s", got)
+	}
+	if got := addrsOf(allocateOK(t, s, "pod-c")); got != "[10.1.0.4/24 fd00:1::4/64]" {
+		t.Errorf("third pod got %s", got)
+	}
+}
+
+func TestStoreSkipsGateway(t *testing.T) {
+	s := openTestStore(t, t.TempDir(), `ipv4: {subnet: 10.1.0.0/29, gateway: 10.1.0.3}`)
+	var got []string
+	for i := range 5 {
+		got = append(got, addrsOf(allocateOK(t, s, fmt.Sprint("pod-", i))))
+	}
+	if want := "[[10.1.0.1/29] [10.1.0.2/29] [10.1.0.4/29] [10.1.0.5/29] [10.1.0.6/29]]"; fmt.Sprint(got) != want {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+func TestStoreExhaustion(t *testing.T) {
+	s := openTestStore(t, t.TempDir(), `ipv4: {subnet: 10.1.7.0/29}`) // .2 to .6
+	for i := range 5 {
+		allocateOK(t, s, fmt.Sprint("pod-", i))
+	}
+	_, err := s.allocate(podRef{ID: "pod-6"}, "/run/netns/x", "v")
+	if err == nil || err.Error() != "no free IPv4 address in 10.1.7.0/29" {
+		t.Fatalf("allocation in a full pool: got %v", err)
+	}
+	if alloc, _ := s.get("pod-6"); alloc != nil {
+		t.Errorf("failed allocation stored: %+v", alloc)
+	}
+	// A released address is the one handed out next.
+	if err := s.release("pod-3"); err != nil {
+		t.Fatal(err)
+	}
+	if got := addrsOf(allocateOK(t, s, "pod-6")); got != "[10.1.7.5/29]" {
+		t.Errorf("after releasing pod-3 (10.1.7.5): got %s", got)
+	}
+}
+
+func TestStoreExhaustionIsAllOrNothing(t *testing.T) {
+	// IPv6 /126 has room for two pods; IPv4 /24 for many.
+	s := openTestStore(t, t.TempDir(), `{ipv4: {subnet: 10.1.0.0/24}, ipv6: {subnet: "fd00:2::/126"}}`)
+	allocateOK(t, s, "pod-0")
+	allocateOK(t, s, "pod-1")
+	_, err := s.allocate(podRef{ID: "pod-2"}, "/run/netns/x", "v")
+	if err == nil || err.Error() != "no free IPv6 address in fd00:2::/126" {
+		t.Fatalf("got %v", err)
+	}
+	if err := s.release("pod-0"); err != nil {
+		t.Fatal(err)
+	}
+	// The failed attempt consumed no IPv4 address: the next pod gets 10.1.0.4, not .5.
+	if got := addrsOf(allocateOK(t, s, "pod-3")); got != "[10.1.0.4/24 fd00:2::2/126]" {
+		t.Errorf("got %s", got)
+	}
+}
+
+func TestStoreRoundRobinDelaysReuse(t *testing.T) {
+	s := openTestStore(t, t.TempDir(), `ipv4: {subnet: 10.1.0.0/24}`)
+	allocateOK(t, s, "pod-a") // .2
+	if err := s.release("pod-a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := addrsOf(allocateOK(t, s, "pod-b")); got != "[10.1.0.3/24]" {
+		t.Errorf("got %s, want the next address, not the one just released", got)
+	}
+}
+
+func TestStoreReleaseIsIdempotent(t *testing.T) {
+	s := openTestStore(t, t.TempDir(), `ipv4: {subnet: 10.1.0.0/24}`)
+	allocateOK(t, s, "pod-a")
+	for range 2 {
+		if err := s.release("pod-a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.release("never-seen"); err != nil {
+		t.Fatal(err)
+	}
+	if allocs, err := s.list(); err != nil || len(allocs) != 0 {
+		t.Errorf("list after release: %v, %v", allocs, err)
+	}
+}
+
+func TestStorePersistsAcrossRestart(t *testing.T) {
+	dir := t.TempDir()
+	doc := `{ipv4: {subnet: 10.1.0.0/24}, ipv6: {subnet: "fd00:3::/64"}}`
+	pools := mustValidate(t, doc).pools
+	s, err := openStore(dir, pools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := allocateOK(t, s, "pod-a")
+	allocateOK(t, s, "pod-b")
+	if err := s.release("pod-b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = openTestStore(t, dir, doc)
+	after, err := s.get("pod-a")
+	if err != nil || after == nil {
+		t.Fatalf("pod-a after restart: %v, %v", after, err)
+	}
+	if addrsOf(after) != addrsOf(before) || after.NetNS != before.NetNS || after.HostVeth != before.HostVeth {
+		t.Errorf("after restart %+v, before %+v", after, before)
+	}
+	// The cursor survived too: pod-b's released .3 is not handed out again right away.
+	if got := addrsOf(allocateOK(t, s, "pod-c")); got != "[10.1.0.4/24 fd00:3::4/64]" {
+		t.Errorf("first allocation after restart: %s", got)
+	}
+}
+
+func TestStoreIsLockedAgainstASecondInstance(t *testing.T) {
+	dir := t.TempDir()
+	openTestStore(t, dir, `ipv4: {subnet: 10.1.0.0/24}`)
+	_, err := openStore(dir, nil)
+	if err == nil || !strings.Contains(err.Error(), "is locked by another process") {
+		t.Fatalf("second open: got %v", err)
+	}
+}
+
+func TestStoreConcurrentAllocationsAreUnique(t *testing.T) {
+	s := openTestStore(t, t.TempDir(), `{ipv4: {subnet: 10.1.0.0/25}, ipv6: {subnet: "fd00:4::/64"}}`)
+	const pods = 100 // 125 addresses
+	var wg sync.WaitGroup
+	errs := make(chan error, pods)
+	for i := range pods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := s.allocate(podRef{ID: fmt.Sprint("pod-", i)}, "/run/netns/x", "v")
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	allocs, err := s.list()
+	if err != nil || len(allocs) != pods {
+		t.Fatalf("list: %d allocations, %v", len(allocs), err)
+	}
+	seen := map[netip.Addr]string{}
+	for _, a := range allocs {
+		if len(a.Addrs) != 2 {
+			t.Fatalf("%s has %v", a.Pod.ID, a.Addrs)
+		}
+		for _, addr := range a.Addrs {
+			if other, dup := seen[addr.Addr()]; dup {
+				t.Errorf("%s given to %s and %s", addr, other, a.Pod.ID)
+			}
+			seen[addr.Addr()] = a.Pod.ID
+		}
+	}
+}

@@ -1,0 +1,649 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/knext-dev/knext/contrib/images/testimages"
+	"github.com/knext-dev/knext/integration/harness"
+)
+
+// podNetworkInfoKey is the verbose PodSandboxStatus info entry that shows where a pod's IPs come
+// from (DESIGN.md §3, C6).
+const podNetworkInfoKey = "podNetwork"
+
+// podNetworkInfo is the podNetworkInfoKey entry.
+type podNetworkInfo struct {
+	IPs         []reportedIP `json:"ips"`
+	NRINoAnswer []struct {
+		Plugin string `json:"plugin"`
+		Error  string `json:"error"`
+	} `json:"nriNoAnswer"`
+}
+
+// reportedIP is one reported IP with its source ("cni" or "nri:<plugin>") and, for NRI, whether
+// the plugin's answer was "live" or "last-known".
+type reportedIP struct {
+	IP     string `json:"ip"`
+	Source string `json:"source"`
+	NRI    string `json:"nri,omitempty"`
+}
+
+func cniSourced(ip string) reportedIP { return reportedIP{IP: ip, Source: "cni"} }
+
+func liveFrom(p *testPlugin, ip string) reportedIP {
+	return reportedIP{IP: ip, Source: "nri:" + p.nriName(), NRI: "live"}
+}
+
+func lastKnownFrom(p *testPlugin, ip string) reportedIP {
+	return reportedIP{IP: ip, Source: "nri:" + p.nriName(), NRI: "last-known"}
+}
+
+// annotatedPodConfig is h.PodConfig(name) with annotations.
+func annotatedPodConfig(h *harness.Harness, name string, annotations map[string]string) *criruntime.PodSandboxConfig {
+	config := h.PodConfig(name)
+	config.Annotations = annotations
+	return config
+}
+
+// verbosePodStatus returns pod id's verbose CRI status and its podNetwork info.
+func verbosePodStatus(t *testing.T, ctx context.Context, h *harness.Harness, id string) (*criruntime.PodSandboxStatus, podNetworkInfo) {
+	t.Helper()
+	resp, err := h.Runtime.PodSandboxStatus(ctx, &criruntime.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true})
+	if err != nil {
+		t.Fatalf("verbose status of pod %s: %v", id, err)
+	}
+	return resp.Status, parsePodNetworkInfo(t, id, resp.Info)
+}
+
+func parsePodNetworkInfo(t *testing.T, id string, info map[string]string) podNetworkInfo {
+	t.Helper()
+	raw, ok := info[podNetworkInfoKey]
+	if !ok {
+		t.Fatalf("verbose status of pod %s has no %q info, only %v", id, podNetworkInfoKey, slices.Sorted(maps.Keys(info)))
+	}
+	var network podNetworkInfo
+	if err := json.Unmarshal([]byte(raw), &network); err != nil {
+		t.Fatalf("verbose status of pod %s: %s info %q: %v", id, podNetworkInfoKey, raw, err)
+	}
+	return network
+}
+
+// statusIPs is the CRI view of a pod's IPs: the primary first.
+func statusIPs(status *criruntime.PodSandboxStatus) []string {
+	var ips []string
+	if ip := status.GetNetwork().GetIp(); ip != "" {
+		ips = append(ips, ip)
+	}
+	for _, ip := range status.GetNetwork().GetAdditionalIps() {
+		ips = append(ips, ip.GetIp())
+	}
+	return ips
+}
+
+// wantIPs checks the CRI IPs and their provenance in one verbose status.
+func wantIPs(t *testing.T, id string, status *criruntime.PodSandboxStatus, network podNetworkInfo, want ...reportedIP) {
+	t.Helper()
+	wantCRI := make([]string, 0, len(want))
+	for _, ip := range want {
+		wantCRI = append(wantCRI, ip.IP)
+	}
+	if got := statusIPs(status); !slices.Equal(got, wantCRI) {
+		t.Errorf("pod %s reports IPs %v (primary first), want %v", id, got, wantCRI)
+	}
+	if !slices.Equal(network.IPs, want) {
+		t.Errorf("pod %s shows provenance %+v, want %+v", id, network.IPs, want)
+	}
+}
+
+// cniIPOf returns the IP host-local allocated to pod id, independently of what CRI reports.
+func cniIPOf(t *testing.T, h *harness.Harness, id string) string {
+	t.Helper()
+	dir := filepath.Join(h.IPAMDataDir, h.Network)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if net.ParseIP(e.Name()) == nil {
+			continue
+		}
+		owner, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(string(owner), id) {
+			return e.Name()
+		}
+	}
+	t.Fatalf("host-local allocated no IP to pod %s in %s", id, dir)
+	return ""
+}
+
+// podStatusError returns the error of pod id's CRI status, failing the test if there is none.
+func podStatusError(t *testing.T, ctx context.Context, h *harness.Harness, id string) error {
+	t.Helper()
+	resp, err := h.Runtime.PodSandboxStatus(ctx, &criruntime.PodSandboxStatusRequest{PodSandboxId: id})
+	if err == nil {
+		t.Fatalf("status of pod %s succeeded with IPs %v, want an error", id, statusIPs(resp.Status))
+	}
+	return err
+}
+
+// wantErrorNaming checks that err names every one of names.
+func wantErrorNaming(t *testing.T, err error, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		if !strings.Contains(err.Error(), name) {
+			t.Errorf("error %q does not name %s", err, name)
+		}
+	}
+}
+
+// wantPodReady checks through ListPodSandbox, which does not report IPs, that pod id is READY.
+func wantPodReady(t *testing.T, ctx context.Context, h *harness.Harness, id string) {
+	t.Helper()
+	resp, err := h.Runtime.ListPodSandbox(ctx, &criruntime.ListPodSandboxRequest{Filter: &criruntime.PodSandboxFilter{Id: id}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Items) != 1 || resp.Items[0].State != criruntime.PodSandboxState_SANDBOX_READY {
+		t.Errorf("pod %s is listed as %v, want one READY pod", id, resp.Items)
+	}
+}
+
+// runContainer creates and starts a sleeping busybox container in pod podID.
+func runContainer(t *testing.T, ctx context.Context, h *harness.Harness, podID string, podConfig *criruntime.PodSandboxConfig, name string) string {
+	t.Helper()
+	created, err := h.Runtime.CreateContainer(ctx, &criruntime.CreateContainerRequest{
+		PodSandboxId:  podID,
+		Config:        h.ContainerConfig(name, testimages.BusyboxImage, "sleep", "3600"),
+		SandboxConfig: podConfig,
+	})
+	if err != nil {
+		t.Fatalf("create container %s in pod %s: %v", name, podID, err)
+	}
+	if _, err := h.Runtime.StartContainer(ctx, &criruntime.StartContainerRequest{ContainerId: created.ContainerId}); err != nil {
+		t.Fatalf("start container %s in pod %s: %v", name, podID, err)
+	}
+	return created.ContainerId
+}
+
+// wantUpstream checks whether the daemon that answers is upstream containerd or knext, whose
+// version says knext.
+func wantUpstream(t *testing.T, ctx context.Context, h *harness.Harness, upstream bool) {
+	t.Helper()
+	resp, err := h.Runtime.Version(ctx, &criruntime.VersionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if isKnext := strings.Contains(resp.RuntimeVersion, "knext"); isKnext == upstream {
+		t.Fatalf("runtime version %q: want upstream %v", resp.RuntimeVersion, upstream)
+	}
+}
+
+// Test 1: a plugin that sets the primary IP displaces the CNI IP to the additional IPs.
+func TestPodStatusPluginSetsPrimaryIP(t *testing.T) {
+	t.Parallel()
+	h, ctx := startHarness(t, harness.Options{})
+	plugin := startTestPlugin(t, ctx, h, "10", "netip")
+	id := runPod(t, ctx, h, annotatedPodConfig(h, "nri-primary", map[string]string{annotationIP: "192.0.2.10"}))
+	cniIP := cniIPOf(t, h, id)
+
+	status, network := verbosePodStatus(t, ctx, h, id)
+	wantIPs(t, id, status, network, liveFrom(plugin, "192.0.2.10"), cniSourced(cniIP))
+
+	// What an operator sees.
+	out, err := h.Crictl(ctx, "inspectp", "-o", "json", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shown struct {
+		Status struct {
+			Network struct {
+				IP            string `json:"ip"`
+				AdditionalIPs []struct {
+					IP string `json:"ip"`
+				} `json:"additionalIps"`
+			} `json:"network"`
+		} `json:"status"`
+		// crictl shows each verbose info entry at the top level.
+		PodNetwork podNetworkInfo `json:"podNetwork"`
+	}
+	if err := json.Unmarshal(out, &shown); err != nil {
+		t.Fatalf("crictl inspectp %s: %v\n%s", id, err, out)
+	}
+	if n := shown.Status.Network; n.IP != "192.0.2.10" || len(n.AdditionalIPs) != 1 || n.AdditionalIPs[0].IP != cniIP {
+		t.Errorf("crictl inspectp %s shows network %+v, want ip 192.0.2.10 and additional %s", id, n, cniIP)
+	}
+	if want := []reportedIP{liveFrom(plugin, "192.0.2.10"), cniSourced(cniIP)}; !slices.Equal(shown.PodNetwork.IPs, want) {
+		t.Errorf("crictl inspectp %s shows provenance %+v, want %+v", id, shown.PodNetwork.IPs, want)
+	}
+
+	// The change of the pod's IPs is logged once at info level, not on every query.
+	podStatus(t, ctx, h, id)
+	logged := 0
+	data, err := os.ReadFile(h.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if strings.Contains(line, id) && strings.Contains(line, "reports IPs [192.0.2.10 (nri:10-netip), "+cniIP+" (cni)]") {
+			logged++
+		}
+	}
+	if logged != 1 {
+		t.Errorf("containerd logged the IPs of pod %s %d times after three queries, want once", id, logged)
+	}
+}
+
+// Test 2: a plugin that sets only additional IPs keeps the CNI primary first; its IPs come
+// out canonical.
+func TestPodStatusPluginAddsIPs(t *testing.T) {
+	t.Parallel()
+	h, ctx := startHarness(t, harness.Options{})
+	plugin := startTestPlugin(t, ctx, h, "10", "secondary")
+	id := runPod(t, ctx, h, annotatedPodConfig(h, "nri-additional", map[string]string{
+		annotationAdditionalIPs: "192.0.2.20,2001:DB8::20",
+	}))
+	cniIP := cniIPOf(t, h, id)
+
+	status, network := verbosePodStatus(t, ctx, h, id)
+	wantIPs(t, id, status, network, cniSourced(cniIP), liveFrom(plugin, "192.0.2.20"), liveFrom(plugin, "2001:db8::20"))
+}
+
+// Test 3: with no plugin, PodSandboxStatus is byte for byte what upstream containerd answers
+// for the same pod on the same root; verbose status only adds the podNetwork entry.
+func TestPodStatusWithoutPluginIsUpstreams(t *testing.T) {
+	t.Parallel()
+	upstream := upstreamContainerd(t)
+	h, ctx := startHarness(t, harness.Options{})
+	config := h.PodConfig("no-plugin")
+	id := runPod(t, ctx, h, config)
+	runContainer(t, ctx, h, id, config, "sleeper")
+
+	answers := func() (plain, verbose *criruntime.PodSandboxStatusResponse) {
+		t.Helper()
+		var err error
+		if plain, err = h.Runtime.PodSandboxStatus(ctx, &criruntime.PodSandboxStatusRequest{PodSandboxId: id}); err != nil {
+			t.Fatalf("status of pod %s: %v", id, err)
+		}
+		if verbose, err = h.Runtime.PodSandboxStatus(ctx, &criruntime.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true}); err != nil {
+			t.Fatalf("verbose status of pod %s: %v", id, err)
+		}
+		return plain, verbose
+	}
+	wantUpstream(t, ctx, h, false)
+	knextPlain, knextVerbose := answers()
+	if err := h.RestartBinary(ctx, upstream); err != nil {
+		t.Fatal(err)
+	}
+	wantUpstream(t, ctx, h, true)
+	upstreamPlain, upstreamVerbose := answers()
+
+	marshal := proto.MarshalOptions{Deterministic: true}
+	knextBytes, err := marshal.Marshal(knextPlain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstreamBytes, err := marshal.Marshal(upstreamPlain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(knextBytes) != string(upstreamBytes) {
+		t.Errorf("pod %s: knext answers\n%v\nupstream answers\n%v", id, knextPlain, upstreamPlain)
+	}
+	if len(upstreamPlain.Status.GetNetwork().GetIp()) == 0 {
+		t.Errorf("pod %s: upstream reports no IP: the comparison proves nothing", id)
+	}
+
+	if !proto.Equal(knextVerbose.Status, upstreamVerbose.Status) {
+		t.Errorf("pod %s: verbose status differs: knext %v, upstream %v", id, knextVerbose.Status, upstreamVerbose.Status)
+	}
+	for key, value := range upstreamVerbose.Info {
+		if knextVerbose.Info[key] != value {
+			t.Errorf("pod %s: verbose info %q differs:\nknext:    %s\nupstream: %s", id, key, knextVerbose.Info[key], value)
+		}
+	}
+	for key := range knextVerbose.Info {
+		if _, ok := upstreamVerbose.Info[key]; !ok && key != podNetworkInfoKey {
+			t.Errorf("pod %s: knext adds verbose info %q", id, key)
+		}
+	}
+	network := parsePodNetworkInfo(t, id, knextVerbose.Info)
+	if want := []reportedIP{cniSourced(upstreamPlain.Status.Network.Ip)}; !slices.Equal(network.IPs, want) {
+		t.Errorf("pod %s: knext shows provenance %+v, want %+v", id, network.IPs, want)
+	}
+}
+
+// Test 4: a host-network pod reports no IP and its plugin is never asked, not even for the
+// events of its containers.
+func TestPodStatusHostNetworkNeverAsksPlugin(t *testing.T) {
+	t.Parallel()
+	h, ctx := startHarness(t, harness.Options{})
+	plugin := startTestPlugin(t, ctx, h, "10", "netip")
+	config := h.HostNetworkPodConfig("host-net-nri")
+	config.Annotations = map[string]string{annotationIP: "192.0.2.40"}
+	id := runPod(t, ctx, h, config)
+	container := runContainer(t, ctx, h, id, config, "sleeper")
+	if _, err := h.Runtime.StopContainer(ctx, &criruntime.StopContainerRequest{ContainerId: container, Timeout: 1}); err != nil {
+		t.Fatal(err)
+	}
+
+	status, network := verbosePodStatus(t, ctx, h, id)
+	if ips := statusIPs(status); len(ips) != 0 {
+		t.Errorf("host-network pod %s reports IPs %v, want none", id, ips)
+	}
+	if len(network.IPs) != 0 || len(network.NRINoAnswer) != 0 {
+		t.Errorf("host-network pod %s shows %+v, want no IP and no NRI plugin", id, network)
+	}
+	if calls := plugin.calls(t, ""); calls != 0 {
+		t.Errorf("NRI plugin %s was asked %d times about a host-network pod, want never", plugin.nriName(), calls)
+	}
+}
+
+// Test 5: two plugins claiming different primary IPs fail the status naming both, the pod
+// keeps running, and the status recovers when one plugin stops claiming.
+func TestPodStatusConflictingPlugins(t *testing.T) {
+	t.Parallel()
+	h, ctx := startHarness(t, harness.Options{})
+	alpha := startTestPlugin(t, ctx, h, "10", "alpha")
+	beta := startTestPlugin(t, ctx, h, "20", "beta")
+	config := annotatedPodConfig(h, "conflict", map[string]string{
+		pluginAnnotation("alpha", "ip"): "192.0.2.51",
+		pluginAnnotation("beta", "ip"):  "192.0.2.52",
+	})
+	id := runPod(t, ctx, h, config)
+
+	err := podStatusError(t, ctx, h, id)
+	wantErrorNaming(t, err, alpha.nriName(), "192.0.2.51", beta.nriName(), "192.0.2.52")
+	wantPodReady(t, ctx, h, id)
+	container := runContainer(t, ctx, h, id, config, "sleeper")
+	if _, err := h.Runtime.ExecSync(ctx, &criruntime.ExecSyncRequest{ContainerId: container, Cmd: []string{"true"}, Timeout: 30}); err != nil {
+		t.Errorf("exec in pod %s while its status fails: %v", id, err)
+	}
+
+	beta.behave(t, "conflict", behaveEmpty)
+	status, network := verbosePodStatus(t, ctx, h, id)
+	wantIPs(t, id, status, network, liveFrom(alpha, "192.0.2.51"), cniSourced(cniIPOf(t, h, id)))
+}
+
+// Test 6: an invalid IP fails the status with an error naming the plugin and the value.
+func TestPodStatusInvalidIP(t *testing.T) {
+	t.Parallel()
+	h, ctx := startHarness(t, harness.Options{})
+	plugin := startTestPlugin(t, ctx, h, "10", "netip")
+	for _, tc := range []struct {
+		pod         string
+		annotations map[string]string
+		invalid     string
+	}{
+		{"bad-primary", map[string]string{annotationIP: "192.0.2.300"}, "192.0.2.300"},
+		{"bad-additional", map[string]string{annotationAdditionalIPs: "192.0.2.61,192.0.2.62/24"}, "192.0.2.62/24"},
+	} {
+		id := runPod(t, ctx, h, annotatedPodConfig(h, tc.pod, tc.annotations))
+		err := podStatusError(t, ctx, h, id)
+		wantErrorNaming(t, err, plugin.nriName(), `"`+tc.invalid+`"`)
+		wantPodReady(t, ctx, h, id)
+	}
+}
+
+// Test 7: when the plugin dies, its last known IPs are still reported; when it is back, they
+// are live again. The same holds for a plugin that fails a request or exits in the middle of
+// one, while a plugin that answers with no IP no longer owns the IP it reported before.
+func TestPodStatusPluginDiesAndComesBack(t *testing.T) {
+	t.Parallel()
+	h, ctx := startHarness(t, harness.Options{})
+	plugin := startTestPlugin(t, ctx, h, "10", "netip")
+	id := runPod(t, ctx, h, annotatedPodConfig(h, "plugin-dies", map[string]string{annotationIP: "192.0.2.70"}))
+	cniIP := cniIPOf(t, h, id)
+	status, network := verbosePodStatus(t, ctx, h, id)
+	wantIPs(t, id, status, network, liveFrom(plugin, "192.0.2.70"), cniSourced(cniIP))
+
+	plugin.kill(t)
+	status, network = verbosePodStatus(t, ctx, h, id)
+	wantIPs(t, id, status, network, lastKnownFrom(plugin, "192.0.2.70"), cniSourced(cniIP))
+
+	plugin.start(t, ctx)
+	before := plugin.calls(t, id)
+	status, network = verbosePodStatus(t, ctx, h, id)
+	wantIPs(t, id, status, network, liveFrom(plugin, "192.0.2.70"), cniSourced(cniIP))
+	if calls := plugin.calls(t, id); calls != before+1 {
+		t.Errorf("restarted NRI plugin got %d requests for one status query, want 1", calls-before)
+	}
+
+	// A plugin that fails the request gives no answer either, but stays connected.
+	plugin.behave(t, "plugin-dies", behaveError)
+	status, network = verbosePodStatus(t, ctx, h, id)
+	wantIPs(t, id, status, network, lastKnownFrom(plugin, "192.0.2.70"), cniSourced(cniIP))
+	if len(network.NRINoAnswer) != 1 || !strings.Contains(network.NRINoAnswer[0].Error, "fails on purpose") {
+		t.Errorf("pod %s shows plugins without answer %+v, want %s failing on purpose", id, network.NRINoAnswer, plugin.nriName())
+	}
+	if exited, err := plugin.process.Exited(); exited {
+		t.Fatalf("NRI plugin %s exited (%v) after failing a request", plugin.nriName(), err)
+	}
+
+	// A plugin that answers with no IP has answered: nothing stands in for it.
+	plugin.behave(t, "plugin-dies", behaveEmpty)
+	status, network = verbosePodStatus(t, ctx, h, id)
+	wantIPs(t, id, status, network, cniSourced(cniIP))
+	plugin.behave(t, "plugin-dies", "")
+	status, network = verbosePodStatus(t, ctx, h, id)
+	wantIPs(t, id, status, network, liveFrom(plugin, "192.0.2.70"), cniSourced(cniIP))
+
+	plugin.behave(t, "plugin-dies", behaveExit)
+	status, network = verbosePodStatus(t, ctx, h, id)
+	wantIPs(t, id, status, network, lastKnownFrom(plugin, "192.0.2.70"), cniSourced(cniIP))
+	if err := plugin.waitExit(t, 10*time.Second); err == nil || !strings.Contains(err.Error(), "exit status 3") {
+		t.Errorf("NRI plugin %s ended with %v, want its exit status 3", plugin.nriName(), err)
+	}
+	if len(network.NRINoAnswer) != 1 || network.NRINoAnswer[0].Plugin != plugin.nriName() {
+		t.Errorf("pod %s shows plugins without answer %+v, want %s", id, network.NRINoAnswer, plugin.nriName())
+	}
+}
+
+// Test 8: after a restart of containerd while the plugin is down, the last known IPs come from
+// disk.
+func TestPodStatusLastKnownSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	h, ctx := startHarness(t, harness.Options{})
+	plugin := startTestPlugin(t, ctx, h, "10", "netip")
+	id := runPod(t, ctx, h, annotatedPodConfig(h, "restart-nri", map[string]string{
+		annotationIP: "192.0.2.80", annotationAdditionalIPs: "2001:db8::80",
+	}))
+	cniIP := cniIPOf(t, h, id)
+	status, network := verbosePodStatus(t, ctx, h, id)
+	wantIPs(t, id, status, network, liveFrom(plugin, "192.0.2.80"), liveFrom(plugin, "2001:db8::80"), cniSourced(cniIP))
+
+	plugin.kill(t)
+	if err := h.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	status, network = verbosePodStatus(t, ctx, h, id)
+	wantIPs(t, id, status, network, lastKnownFrom(plugin, "192.0.2.80"), lastKnownFrom(plugin, "2001:db8::80"), cniSourced(cniIP))
+	if status.GetState() != criruntime.PodSandboxState_SANDBOX_READY {
+		t.Errorf("pod %s is %s after the restart, want READY", id, status.GetState())
+	}
+
+	plugin.start(t, ctx)
+	status, network = verbosePodStatus(t, ctx, h, id)
+	wantIPs(t, id, status, network, liveFrom(plugin, "192.0.2.80"), liveFrom(plugin, "2001:db8::80"), cniSourced(cniIP))
+}
+
+// Test 9: a hanging plugin costs a status query plugin_request_timeout, after which the last
+// known answer is reported; meanwhile another pod starts and is queried without waiting.
+func TestPodStatusHangingPlugin(t *testing.T) {
+	t.Parallel()
+	// Long enough that the other pod's RunPodSandbox finishing first proves it did not wait.
+	const requestTimeout = 10 * time.Second
+	h, ctx := startHarness(t, harness.Options{NRIRequestTimeout: requestTimeout})
+	plugin := startTestPlugin(t, ctx, h, "10", "netip")
+	id := runPod(t, ctx, h, annotatedPodConfig(h, "hangs", map[string]string{annotationIP: "192.0.2.90"}))
+	cniIP := cniIPOf(t, h, id)
+	status, network := verbosePodStatus(t, ctx, h, id)
+	wantIPs(t, id, status, network, liveFrom(plugin, "192.0.2.90"), cniSourced(cniIP))
+
+	plugin.behave(t, "hangs", behaveHang)
+	type result struct {
+		resp    *criruntime.PodSandboxStatusResponse
+		err     error
+		elapsed time.Duration
+	}
+	hung := make(chan result, 1)
+	callsBefore := plugin.calls(t, id)
+	go func() {
+		start := time.Now()
+		resp, err := h.Runtime.PodSandboxStatus(ctx, &criruntime.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true})
+		hung <- result{resp, err, time.Since(start)}
+	}()
+	plugin.waitCalls(t, id, callsBefore+1)
+
+	otherConfig := annotatedPodConfig(h, "meanwhile", map[string]string{annotationIP: "192.0.2.91"})
+	other := runPod(t, ctx, h, otherConfig)
+	otherStatus, otherNetwork := verbosePodStatus(t, ctx, h, other)
+	select {
+	case r := <-hung:
+		t.Fatalf("the status query of the hanging pod returned (after %s, err %v) before another pod was run and queried", r.elapsed, r.err)
+	default:
+	}
+	wantIPs(t, other, otherStatus, otherNetwork, liveFrom(plugin, "192.0.2.91"), cniSourced(cniIPOf(t, h, other)))
+
+	r := <-hung
+	if r.err != nil {
+		t.Fatalf("status of pod %s with a hanging plugin: %v", id, r.err)
+	}
+	const margin = 5 * time.Second
+	t.Logf("status of pod %s with a hanging plugin took %s (plugin_request_timeout %s)", id, r.elapsed, requestTimeout)
+	if r.elapsed < requestTimeout-time.Second || r.elapsed > requestTimeout+margin {
+		t.Errorf("status of pod %s with a hanging plugin took %s, want plugin_request_timeout %s (+ at most %s)", id, r.elapsed, requestTimeout, margin)
+	}
+	network = parsePodNetworkInfo(t, id, r.resp.Info)
+	wantIPs(t, id, r.resp.Status, network, lastKnownFrom(plugin, "192.0.2.90"), cniSourced(cniIP))
+	if len(network.NRINoAnswer) != 1 || network.NRINoAnswer[0].Plugin != plugin.nriName() || !strings.Contains(network.NRINoAnswer[0].Error, "deadline") {
+		t.Errorf("pod %s shows plugins without answer %+v, want %s timed out", id, network.NRINoAnswer, plugin.nriName())
+	}
+	// NRI closes a plugin that timed out; the plugin exits when its connection closes.
+	plugin.waitExit(t, 30*time.Second)
+}
+
+// Test 10: pods that upstream containerd created on the same root keep working under knext, and
+// upstream still reads them after knext recorded an NRI answer for them.
+func TestPodStatusUpstreamPodsUnderKnext(t *testing.T) {
+	t.Parallel()
+	upstream := upstreamContainerd(t)
+	h, ctx := startHarness(t, harness.Options{})
+	if err := h.RestartBinary(ctx, upstream); err != nil {
+		t.Fatal(err)
+	}
+	wantUpstream(t, ctx, h, true)
+	// Upstream ignores the annotation; under knext the plugin reports it.
+	config := annotatedPodConfig(h, "from-upstream", map[string]string{annotationAdditionalIPs: "192.0.2.100"})
+	id := runPod(t, ctx, h, config)
+	container := runContainer(t, ctx, h, id, config, "sleeper")
+	upstreamStatus := podStatus(t, ctx, h, id)
+	cniIP := cniIPOf(t, h, id)
+	if got := statusIPs(upstreamStatus); !slices.Equal(got, []string{cniIP}) {
+		t.Fatalf("upstream reports IPs %v for pod %s, want its CNI IP %s", got, id, cniIP)
+	}
+
+	if err := h.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantUpstream(t, ctx, h, false)
+	plugin := startTestPlugin(t, ctx, h, "10", "secondary")
+	status, network := verbosePodStatus(t, ctx, h, id)
+	wantIPs(t, id, status, network, cniSourced(cniIP), liveFrom(plugin, "192.0.2.100"))
+	exec, err := h.Runtime.ExecSync(ctx, &criruntime.ExecSyncRequest{ContainerId: container, Cmd: []string{"ip", "-4", "-o", "addr", "show", "eth0"}, Timeout: 30})
+	if err != nil || !strings.Contains(string(exec.GetStdout()), " "+cniIP+"/") {
+		t.Errorf("exec in upstream's container %s under knext: %v, output %q, want eth0 with %s", container, err, exec.GetStdout(), cniIP)
+	}
+
+	// Upstream reads the metadata in which knext recorded the answer, and answers as before.
+	plugin.kill(t)
+	if err := h.RestartBinary(ctx, upstream); err != nil {
+		t.Fatal(err)
+	}
+	if again := podStatus(t, ctx, h, id); !proto.Equal(again, upstreamStatus) {
+		t.Errorf("upstream after knext reports %v for pod %s, before it reported %v", again, id, upstreamStatus)
+	}
+
+	if err := h.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	status, network = verbosePodStatus(t, ctx, h, id)
+	wantIPs(t, id, status, network, cniSourced(cniIP), lastKnownFrom(plugin, "192.0.2.100"))
+	if err := h.RemovePod(ctx, id); err != nil {
+		t.Fatalf("knext stops and removes upstream's pod: %v", err)
+	}
+	if _, err := os.Stat(allocationFile(h, cniIP)); !os.IsNotExist(err) {
+		t.Errorf("removed pod %s: allocation of %s still there (err %v)", id, cniIP, err)
+	}
+}
+
+// C7: container events reuse the last answer instead of asking the plugin, and a burst of
+// concurrent status queries for one pod makes one plugin call.
+func TestPodStatusPluginCalls(t *testing.T) {
+	t.Parallel()
+	h, ctx := startHarness(t, harness.Options{})
+	plugin := startTestPlugin(t, ctx, h, "10", "netip")
+	// The delay keeps the first query of the burst in the plugin while the others arrive; it is
+	// below the default plugin_request_timeout of the harness (2 s).
+	config := annotatedPodConfig(h, "calls", map[string]string{annotationIP: "192.0.2.110", annotationDelay: "1s"})
+	id := runPod(t, ctx, h, config)
+	if got := statusIPs(podStatus(t, ctx, h, id)); len(got) == 0 || got[0] != "192.0.2.110" {
+		t.Fatalf("pod %s reports IPs %v, want 192.0.2.110 first", id, got)
+	}
+	asked := plugin.calls(t, id)
+
+	container := runContainer(t, ctx, h, id, config, "sleeper")
+	if _, err := h.Runtime.StopContainer(ctx, &criruntime.StopContainerRequest{ContainerId: container, Timeout: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Runtime.RemoveContainer(ctx, &criruntime.RemoveContainerRequest{ContainerId: container}); err != nil {
+		t.Fatal(err)
+	}
+	if calls := plugin.calls(t, id); calls != asked {
+		t.Errorf("the create, start, stop and remove events of a container asked the plugin %d times, want never", calls-asked)
+	}
+
+	const burst = 16
+	var wg sync.WaitGroup
+	errs := make(chan error, burst)
+	query := func() {
+		defer wg.Done()
+		resp, err := h.Runtime.PodSandboxStatus(ctx, &criruntime.PodSandboxStatusRequest{PodSandboxId: id})
+		if err == nil && resp.Status.GetNetwork().GetIp() != "192.0.2.110" {
+			err = fmt.Errorf("reports IP %q", resp.Status.GetNetwork().GetIp())
+		}
+		errs <- err
+	}
+	wg.Add(burst)
+	go query()
+	plugin.waitCalls(t, id, asked+1)
+	for range burst - 1 {
+		go query()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("status of pod %s in a burst: %v", id, err)
+		}
+	}
+	if calls := plugin.calls(t, id); calls != asked+1 {
+		t.Errorf("%d concurrent status queries for pod %s asked the plugin %d times, want once", burst, id, calls-asked)
+	}
+}

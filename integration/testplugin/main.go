@@ -1,0 +1,160 @@
+// Command testplugin is an NRI plugin for knext's integration tests. It answers PodSandboxStatus
+// from the pod's annotations, and the test can make it misbehave.
+//
+// Answer (annotations of the pod's CRI config; "<name>" is the plugin's -name, and a key with
+// it wins over the key without, so that two plugins can disagree about one pod):
+//
+//	knext.test/ip, knext.test/<name>.ip                          primary IP, taken verbatim
+//	knext.test/additional-ips, knext.test/<name>.additional-ips  comma-separated, verbatim
+//	knext.test/delay                                             Go duration to wait first
+//
+// Behaviour, first found of: the file <dir>/behavior.<pod name>, the file <dir>/behavior, the
+// annotation knext.test/<name>.behavior, the annotation knext.test/behavior:
+//
+//	answer  answer from the annotations (the default)
+//	empty   answer with no IP: the plugin owns nothing of the pod
+//	error   fail the request
+//	hang    never answer (until the process ends)
+//	exit    exit the process with status 3 in the middle of the request
+//
+// Values are not validated: invalid IPs reach the runtime as written.
+//
+// Every request is recorded, when it arrives, as a line "<pod id> <pod name>" appended to
+// <dir>/calls, so the test can count them across restarts of the plugin. The process exits when
+// the runtime closes its connection.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+)
+
+const annotationPrefix = "knext.test/"
+
+// Behaviours.
+const (
+	answer = "answer"
+	empty  = "empty"
+	fail   = "error"
+	hang   = "hang"
+	exit   = "exit"
+)
+
+// callsFile is the request log in the plugin's directory.
+const callsFile = "calls"
+
+type plugin struct {
+	name string
+	dir  string
+
+	callsMu sync.Mutex
+	calls   *os.File
+}
+
+func main() {
+	socket := flag.String("socket", "", "NRI socket of the runtime")
+	name := flag.String("name", "test", "plugin name")
+	idx := flag.String("idx", "50", "plugin index (two digits)")
+	dir := flag.String("dir", "", "directory of the control files and the request log")
+	flag.Parse()
+	if *socket == "" || *dir == "" {
+		log.Fatal("testplugin: -socket and -dir are required")
+	}
+
+	calls, err := os.OpenFile(filepath.Join(*dir, callsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		log.Fatalf("testplugin %s: %v", *name, err)
+	}
+	p := &plugin{name: *name, dir: *dir, calls: calls}
+	s, err := stub.New(p, stub.WithSocketPath(*socket), stub.WithPluginName(*name), stub.WithPluginIdx(*idx))
+	if err != nil {
+		log.Fatalf("testplugin %s: %v", *name, err)
+	}
+	err = s.Run(context.Background())
+	log.Printf("testplugin %s: stopped: %v", *name, err)
+	os.Exit(1)
+}
+
+// PodSandboxStatus implements stub.PodSandboxStatusInterface, which subscribes the plugin.
+func (p *plugin) PodSandboxStatus(_ context.Context, pod *api.PodSandbox) (*api.PodSandboxStatusResponse, error) {
+	if err := p.record(pod); err != nil {
+		return nil, err
+	}
+	annotations := pod.GetAnnotations()
+	if delay := annotations[annotationPrefix+"delay"]; delay != "" {
+		d, err := time.ParseDuration(delay)
+		if err != nil {
+			return nil, fmt.Errorf("testplugin %s: pod %s: annotation %sdelay: %w", p.name, pod.GetName(), annotationPrefix, err)
+		}
+		time.Sleep(d)
+	}
+
+	switch behaviour := p.behaviour(pod); behaviour {
+	case answer:
+		resp := &api.PodSandboxStatusResponse{Ip: p.annotation(annotations, "ip")}
+		if list := p.annotation(annotations, "additional-ips"); list != "" {
+			resp.AdditionalIps = strings.Split(list, ",")
+		}
+		return resp, nil
+	case empty:
+		return &api.PodSandboxStatusResponse{}, nil
+	case fail:
+		return nil, fmt.Errorf("testplugin %s fails on purpose for pod %s", p.name, pod.GetName())
+	case hang:
+		// Not even the request's deadline ends it: like a plugin that is stuck, not one that
+		// gives up in time.
+		select {}
+	case exit:
+		log.Printf("testplugin %s: exiting on purpose during the request for pod %s", p.name, pod.GetName())
+		os.Exit(3)
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("testplugin %s: unknown behaviour %q for pod %s", p.name, behaviour, pod.GetName())
+	}
+}
+
+// record appends the request to the request log.
+func (p *plugin) record(pod *api.PodSandbox) error {
+	p.callsMu.Lock()
+	defer p.callsMu.Unlock()
+	if _, err := fmt.Fprintf(p.calls, "%s %s\n", pod.GetId(), pod.GetName()); err != nil {
+		return fmt.Errorf("testplugin %s: record request: %w", p.name, err)
+	}
+	return nil
+}
+
+// behaviour returns what to do for pod: the control files win over the annotations.
+func (p *plugin) behaviour(pod *api.PodSandbox) string {
+	for _, file := range []string{"behavior." + pod.GetName(), "behavior"} {
+		data, err := os.ReadFile(filepath.Join(p.dir, file))
+		if err == nil {
+			return strings.TrimSpace(string(data))
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			log.Printf("testplugin %s: %v", p.name, err)
+		}
+	}
+	if b := p.annotation(pod.GetAnnotations(), "behavior"); b != "" {
+		return b
+	}
+	return answer
+}
+
+// annotation returns knext.test/<name>.<key> if set, else knext.test/<key>.
+func (p *plugin) annotation(annotations map[string]string, key string) string {
+	if value, ok := annotations[annotationPrefix+p.name+"."+key]; ok {
+		return value
+	}
+	return annotations[annotationPrefix+key]
+}

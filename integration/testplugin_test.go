@@ -1,0 +1,279 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/knext-dev/knext/integration/harness"
+)
+
+// builtBinaries is the directory of the binaries the tests build, shared by the tests of one
+// run and removed by TestMain.
+var builtBinaries struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+func builtBinariesDir() (string, error) {
+	builtBinaries.once.Do(func() {
+		builtBinaries.dir, builtBinaries.err = os.MkdirTemp("", "knext-integration-bin-")
+	})
+	return builtBinaries.dir, builtBinaries.err
+}
+
+// removeBuiltBinaries removes what the tests built; TestMain calls it after the tests.
+func removeBuiltBinaries() {
+	if builtBinaries.dir != "" {
+		os.RemoveAll(builtBinaries.dir)
+	}
+}
+
+// onceBuild builds something at most once per test binary and remembers the outcome.
+type onceBuild struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+func (b *onceBuild) get(t *testing.T, build func(dir string) (string, error)) string {
+	t.Helper()
+	b.once.Do(func() {
+		dir, err := builtBinariesDir()
+		if err != nil {
+			b.err = err
+			return
+		}
+		b.path, b.err = build(dir)
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
+}
+
+// goCommand runs the go tool with env added to the test's environment (which carries GOWORK).
+func goCommand(env []string, args ...string) ([]byte, error) {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command("go", args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, stderr.Bytes())
+	}
+	return stdout.Bytes(), nil
+}
+
+var testPluginBinary onceBuild
+
+// testPluginPath builds ./testplugin against the workspace of the test run.
+func testPluginPath(t *testing.T) string {
+	return testPluginBinary.get(t, func(dir string) (string, error) {
+		path := filepath.Join(dir, "testplugin")
+		_, err := goCommand(nil, "build", "-o", path, "./testplugin")
+		return path, err
+	})
+}
+
+var upstreamBinaries onceBuild
+
+// upstreamContainerd returns a pristine containerd (with its runc shim next to it) of the
+// version knext's go.mod pins: $KNEXT_UPSTREAM_BIN_DIR/containerd if set, else one built from
+// the module cache, outside the workspace so that no knext patch applies.
+func upstreamContainerd(t *testing.T) string {
+	return upstreamBinaries.get(t, func(dir string) (string, error) {
+		if prebuilt := os.Getenv("KNEXT_UPSTREAM_BIN_DIR"); prebuilt != "" {
+			return filepath.Join(prebuilt, "containerd"), nil
+		}
+		const module = "github.com/containerd/containerd/v2"
+		noWorkspace := []string{"GOWORK=off"}
+		version, err := goCommand(noWorkspace, "list", "-m", "-f", "{{.Version}}", module)
+		if err != nil {
+			return "", err
+		}
+		download, err := goCommand(noWorkspace, "mod", "download", "-json", module+"@"+strings.TrimSpace(string(version)))
+		if err != nil {
+			return "", err
+		}
+		var source struct{ Dir string }
+		if err := json.Unmarshal(download, &source); err != nil || source.Dir == "" {
+			return "", fmt.Errorf("no source directory for %s in %s (%v)", module, download, err)
+		}
+		out := filepath.Join(dir, "upstream") + "/"
+		if _, err := goCommand(noWorkspace, "build", "-C", source.Dir, "-tags", "urfave_cli_no_docs", "-o", out,
+			"./cmd/containerd", "./cmd/containerd-shim-runc-v2"); err != nil {
+			return "", err
+		}
+		return filepath.Join(out, "containerd"), nil
+	})
+}
+
+// Annotations the test plugin answers from (see testplugin/main.go).
+const (
+	annotationIP            = "knext.test/ip"
+	annotationAdditionalIPs = "knext.test/additional-ips"
+	annotationDelay         = "knext.test/delay"
+)
+
+// pluginAnnotation is the annotation key that only the plugin named name reads.
+func pluginAnnotation(name, key string) string {
+	return "knext.test/" + name + "." + key
+}
+
+// Behaviours of the test plugin.
+const (
+	behaveEmpty = "empty"
+	behaveError = "error"
+	behaveHang  = "hang"
+	behaveExit  = "exit"
+)
+
+// testPlugin is one test plugin connected to a harness's NRI socket, as a separate process.
+type testPlugin struct {
+	h       *harness.Harness
+	name    string // as the plugin calls itself
+	idx     string
+	dir     string // control files and request log
+	process *harness.Process
+}
+
+// nriName is the plugin's name as NRI reports it.
+func (p *testPlugin) nriName() string { return p.idx + "-" + p.name }
+
+// startTestPlugin starts a test plugin and waits until NRI has synchronized it.
+func startTestPlugin(t *testing.T, ctx context.Context, h *harness.Harness, idx, name string) *testPlugin {
+	t.Helper()
+	p := &testPlugin{h: h, name: name, idx: idx, dir: filepath.Join(h.Root, "plugin-"+idx+"-"+name)}
+	if err := os.MkdirAll(p.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p.start(t, ctx)
+	return p
+}
+
+// start runs the plugin's process (again) and waits until NRI has synchronized it.
+func (p *testPlugin) start(t *testing.T, ctx context.Context) {
+	t.Helper()
+	connected := p.connections(t)
+	process, err := p.h.StartProcess("plugin-"+p.nriName(), testPluginPath(t),
+		"-socket", p.h.NRISocket, "-name", p.name, "-idx", p.idx, "-dir", p.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.process = process
+	deadline := time.Now().Add(30 * time.Second)
+	for p.connections(t) == connected {
+		if exited, err := process.Exited(); exited {
+			t.Fatalf("NRI plugin %s exited before it was synchronized (%v): %s", p.nriName(), err, p.log())
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("NRI plugin %s not synchronized after 30s: %s\n%s", p.nriName(), p.log(), p.h.LogTail(20))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// connections counts the lines in which containerd logs that NRI synchronized the plugin.
+func (p *testPlugin) connections(t *testing.T) int {
+	t.Helper()
+	data, err := os.ReadFile(p.h.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if strings.Contains(line, "connected and synchronized") && strings.Contains(line, p.nriName()) {
+			n++
+		}
+	}
+	return n
+}
+
+// kill SIGKILLs the plugin's process, as a crash would.
+func (p *testPlugin) kill(t *testing.T) {
+	t.Helper()
+	if err := p.process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitExit waits until the plugin's process has exited and returns its exit status.
+func (p *testPlugin) waitExit(t *testing.T, timeout time.Duration) error {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if exited, err := p.process.Exited(); exited {
+			return err
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("NRI plugin %s still runs after %s", p.nriName(), timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// behave sets the plugin's behaviour for the pod named pod, or for every pod if pod is "";
+// behaviour "" removes the setting.
+func (p *testPlugin) behave(t *testing.T, pod, behaviour string) {
+	t.Helper()
+	file := filepath.Join(p.dir, "behavior")
+	if pod != "" {
+		file += "." + pod
+	}
+	var err error
+	if behaviour == "" {
+		err = os.Remove(file)
+	} else {
+		err = os.WriteFile(file, []byte(behaviour), 0o644)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// calls counts the plugin's PodSandboxStatus requests for pod sandbox podID, across restarts
+// of the plugin; podID "" counts every request.
+func (p *testPlugin) calls(t *testing.T, podID string) int {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(p.dir, "calls"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	n := 0
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if line != "" && (podID == "" || strings.HasPrefix(line, podID+" ")) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitCalls waits until the plugin has received at least n requests for podID.
+func (p *testPlugin) waitCalls(t *testing.T, podID string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for p.calls(t, podID) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("NRI plugin %s got %d requests for pod %s after 30s, want %d", p.nriName(), p.calls(t, podID), podID, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (p *testPlugin) log() string {
+	data, err := os.ReadFile(p.process.LogPath)
+	if err != nil {
+		return fmt.Sprintf("(no log: %v)", err)
+	}
+	return "log of " + p.nriName() + ":\n" + string(data)
+}
