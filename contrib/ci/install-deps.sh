@@ -15,6 +15,7 @@ apt_packages=(
 	protobuf-compiler           # protoc, to regenerate NRI's protobuf code
 	libseccomp-dev pkg-config   # runc with seccomp
 	util-linux                  # unshare for upstream's integration tests
+	strace procps               # upstream's TestIssue7496 delays with strace; restart tests use pkill
 	iptables git make gcc
 )
 missing=()

@@ -34,10 +34,12 @@ run_suite() { # run_suite NAME COMMAND...
 
 run_suite knext-unit go test -race -json $(own_packages)
 run_suite nri-unit contrib/ci/upstream/nri-unit.sh
+run_suite containerd-unit contrib/ci/upstream/containerd-unit.sh
 # A few seconds of coverage-guided fuzzing of the merge and validation of plugin answers.
 run_suite nri-fuzz go test -json -run '^$' -fuzz '^FuzzMergePodSandboxStatus$' -fuzztime 5s \
 	github.com/containerd/nri/pkg/adaptation
 run_suite knext-integration go test -race -count=1 -p 2 -json ./integration/...
+run_suite cri-integration-upstream contrib/ci/upstream/cri-integration-upstream.sh
 
 echo
 echo "=== summary"

@@ -1,0 +1,25 @@
+# shellcheck shell=bash
+# Shared setup of the upstream regression suites. Sourced, never run.
+# Each suite writes the `go test -json` event stream of its tests to stdout and everything else
+# to stderr, and exits non-zero when a test failed or the suite could not run.
+#
+# The suites test the materialized trees of the workspace $GOWORK (default: build/go.work of this
+# repository), so they always test exactly what `make build` compiles.
+source "$(dirname "${BASH_SOURCE[0]}")/../../build/lib.sh"
+
+export PATH=/usr/local/go/bin:$PATH
+export GOWORK=${GOWORK:-$KNEXT_ROOT/build/go.work}
+export GOFLAGS=${GOFLAGS:--buildvcs=false}
+BUILD_DIR=$(dirname "$GOWORK")
+[ -f "$GOWORK" ] || die "no workspace $GOWORK: run 'make src' first"
+
+# tree_dir NAME -> the materialized source tree of upstream module NAME.
+tree_dir() {
+	local dir="$BUILD_DIR/src/$1"
+	[ -d "$dir" ] || die "no tree $dir: run 'make src' first"
+	echo "$dir"
+}
+
+require_root() {
+	[ "$(id -u)" -eq 0 ] || die "$1 must run as root: $2"
+}
