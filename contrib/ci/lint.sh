@@ -13,7 +13,8 @@ go vet ./... || status=1
 # Upstream packages touched by the series, in each patched tree.
 for name in $(module_names); do
 	tree=$root/build/src/$name
-	dirs=$(git -C "$tree" diff --name-only "$(upstream_tag "$name")" HEAD -- '*.go' | xargs -r -n1 dirname | sort -u)
+	dirs=$(git -C "$tree" diff --name-only "$(upstream_tag "$name")" HEAD -- '*.go' |
+		grep -v '/testdata/' | xargs -r -n1 dirname | sort -u)
 	[ -n "$dirs" ] || continue
 	bad=$(cd "$tree" && gofmt -l $dirs)
 	[ -z "$bad" ] || { echo "gofmt would change in $name: $bad" >&2; status=1; }

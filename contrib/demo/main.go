@@ -1,9 +1,11 @@
-// Command demo shows knext running a real pod: it starts a knext containerd in a self-contained
-// directory (default build/demo), runs a pod and a busybox container in it with crictl, prints the
-// pod's network status as `crictl inspectp` shows it, and removes everything again, also on
-// Ctrl-C or failure. It builds nothing: run it after `make build images` (as root):
+// Command demo shows knext running pods without CNI: it starts a knext containerd with
+// disable_cni = true in a self-contained directory (default build/demo), shows that the network
+// is not ready until the NRI plugin nri-bridge connects, runs two pods with a busybox container
+// each, prints their IPs as `crictl inspectp` shows them (with the source of every IP), pings one
+// pod from the other, and removes everything again, also on Ctrl-C or failure. It builds
+// nothing: run it after `make build images` (as root):
 //
-//	go run ./contrib/demo [-root build/demo] [-wait]
+//	go run ./contrib/demo [-root build/demo] [-nri-bridge build/bin/nri-bridge] [-wait]
 package main
 
 import (
@@ -14,11 +16,13 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -26,9 +30,13 @@ import (
 	"github.com/knext-dev/knext/integration/harness"
 )
 
+// cniDisabled is the demo daemon's configuration on top of the harness's.
+const cniDisabled = "[plugins.'io.containerd.cri.v1.runtime'.cni]\ndisable_cni = true\n"
+
 func main() {
 	root := flag.String("root", filepath.Join("build", "demo"), "directory for the demo's containerd (created, then removed)")
-	wait := flag.Bool("wait", false, "keep the pod running until Ctrl-C, to explore it with crictl")
+	bridge := flag.String("nri-bridge", defaultNRIBridge(), "nri-bridge binary")
+	wait := flag.Bool("wait", false, "keep the pods running until Ctrl-C, to explore them with crictl")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("demo: ")
@@ -36,7 +44,7 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *root, *wait); err != nil {
+	if err := run(ctx, *root, *bridge, *wait); err != nil {
 		if ctx.Err() != nil {
 			log.Print("interrupted")
 		}
@@ -45,64 +53,116 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, root string, wait bool) (err error) {
-	h, err := harness.New(ctx, harness.Options{Root: root, Logf: log.Printf})
+// defaultNRIBridge is $KNEXT_BIN_DIR/nri-bridge, else nri-bridge next to the demo's binary (both
+// are in build/bin after `make build demo`).
+func defaultNRIBridge() string {
+	if dir := os.Getenv("KNEXT_BIN_DIR"); dir != "" {
+		return filepath.Join(dir, "nri-bridge")
+	}
+	if self, err := os.Executable(); err == nil {
+		return filepath.Join(filepath.Dir(self), "nri-bridge")
+	}
+	return "nri-bridge"
+}
+
+func run(ctx context.Context, root, bridgeBinary string, wait bool) (err error) {
+	if _, err := os.Stat(bridgeBinary); err != nil {
+		return fmt.Errorf("nri-bridge binary: %w (run `make build` or pass -nri-bridge)", err)
+	}
+	h, err := harness.New(ctx, harness.Options{Root: root, Logf: log.Printf, ExtraConfig: cniDisabled, SkipNetworkReadyWait: true})
 	if err != nil {
 		return err
 	}
 	defer func() {
-		log.Printf("cleaning up %s (pods, containerd, shims, mounts, bridge %s, cgroups)", h.Root, h.Bridge)
+		log.Printf("cleaning up %s (pods, nri-bridge, containerd, shims, mounts, bridge %s, cgroups)", h.Root, h.Bridge)
 		err = errors.Join(err, h.Close())
 	}()
 	version, err := h.Runtime.Version(ctx, &criruntime.VersionRequest{})
 	if err != nil {
 		return err
 	}
-	log.Printf("%s %s is up: socket %s, log %s, CNI bridge %s on %s", version.RuntimeName, version.RuntimeVersion,
-		h.Address, h.LogPath, h.Bridge, h.Subnet)
+	log.Printf("%s %s is up with disable_cni = true: socket %s, log %s", version.RuntimeName, version.RuntimeVersion, h.Address, h.LogPath)
+	if err := showNetworkReady(ctx, h); err != nil {
+		return err
+	}
 
-	podConfig := h.PodConfig("demo")
-	podFile, err := h.WriteJSON("pod", podConfig)
+	ipv4 := h.Subnet.String()
+	ipv6 := fmt.Sprintf("fd6b:6e78:%d:%d::/64", h.Subnet.IP.To4()[1], h.Subnet.IP.To4()[2])
+	args := []string{"-nri-socket", h.NRISocket, "-bridge", h.Bridge, "-state-dir", filepath.Join(h.Root, "nri-bridge"),
+		"-ipv4-subnet", ipv4, "-ipv6-subnet", ipv6}
+	log.Printf("starting the NRI plugin: nri-bridge %s", strings.Join(args, " "))
+	plugin, err := h.StartProcess("nri-bridge", bridgeBinary, args...)
 	if err != nil {
 		return err
 	}
+	if err := waitNetworkReady(ctx, h, plugin); err != nil {
+		return err
+	}
+	if err := showNetworkReady(ctx, h); err != nil {
+		return err
+	}
+
 	containerFile, err := h.WriteJSON("container", h.ContainerConfig("shell", testimages.BusyboxImage, "sleep", "3600"))
 	if err != nil {
 		return err
 	}
-
-	podID, err := crictl(ctx, h, "runp", podFile)
-	if err != nil {
-		return err
-	}
-	containerID, err := crictl(ctx, h, "create", podID, containerFile, podFile)
-	if err != nil {
-		return err
-	}
-	if _, err := crictl(ctx, h, "start", containerID); err != nil {
-		return err
+	var pods, containers []string
+	for _, name := range []string{"web", "client"} {
+		podFile, err := h.WriteJSON("pod-"+name, h.PodConfig(name))
+		if err != nil {
+			return err
+		}
+		podID, err := crictl(ctx, h, "runp", podFile)
+		if err != nil {
+			return err
+		}
+		pods = append(pods, podID)
+		containerID, err := crictl(ctx, h, "create", podID, containerFile, podFile)
+		if err != nil {
+			return err
+		}
+		if _, err := crictl(ctx, h, "start", containerID); err != nil {
+			return err
+		}
+		containers = append(containers, containerID)
 	}
 	if _, err := crictl(ctx, h, "pods"); err != nil {
 		return err
 	}
-	if err := showNetwork(ctx, h, podID); err != nil {
+	var webIPs []string
+	for i, podID := range pods {
+		ips, err := showNetwork(ctx, h, podID)
+		if err != nil {
+			return err
+		}
+		if i == 0 {
+			webIPs = ips
+		}
+	}
+	if _, err := crictl(ctx, h, "exec", containers[1], "ip", "addr", "show", "eth0"); err != nil {
 		return err
 	}
-	if _, err := crictl(ctx, h, "exec", containerID, "ip", "-4", "addr", "show", "eth0"); err != nil {
-		return err
+	for _, ip := range webIPs {
+		if _, err := crictl(ctx, h, "exec", containers[1], "ping", "-c", "2", "-W", "5", ip); err != nil {
+			return err
+		}
 	}
 
 	if wait {
-		fmt.Printf("\nThe pod keeps running until Ctrl-C. In another shell:\n  export %s\n  crictl pods\n",
+		fmt.Printf("\nThe pods keep running until Ctrl-C. In another shell:\n  export %s\n  crictl pods\n",
 			strings.Join(h.Env(), " "))
 		<-ctx.Done()
 		return nil
 	}
-	if _, err := crictl(ctx, h, "stopp", podID); err != nil {
-		return err
+	for _, podID := range pods {
+		if _, err := crictl(ctx, h, "stopp", podID); err != nil {
+			return err
+		}
+		if _, err := crictl(ctx, h, "rmp", podID); err != nil {
+			return err
+		}
 	}
-	_, err = crictl(ctx, h, "rmp", podID)
-	return err
+	return nil
 }
 
 // crictl runs and echoes a crictl command and returns its trimmed output.
@@ -113,25 +173,103 @@ func crictl(ctx context.Context, h *harness.Harness, args ...string) (string, er
 	return string(bytes.TrimSpace(out)), err
 }
 
-// showNetwork prints the network part of `crictl inspectp`.
-func showNetwork(ctx context.Context, h *harness.Harness, podID string) error {
-	fmt.Printf("\n$ crictl inspectp %s  # .status.network\n", podID)
-	out, err := h.Crictl(ctx, "inspectp", "-o", "json", podID)
+// showNetworkReady prints the NetworkReady condition as `crictl info` shows it.
+func showNetworkReady(ctx context.Context, h *harness.Harness) error {
+	fmt.Printf("\n$ crictl info  # .status.conditions[NetworkReady]\n")
+	out, err := h.Crictl(ctx, "info", "-o", "json")
 	if err != nil {
 		return err
+	}
+	var info struct {
+		Status struct {
+			Conditions []json.RawMessage `json:"conditions"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal(out, &info); err != nil {
+		return fmt.Errorf("crictl info: %w", err)
+	}
+	for _, raw := range info.Status.Conditions {
+		var cond struct{ Type string }
+		if err := json.Unmarshal(raw, &cond); err == nil && cond.Type == criruntime.NetworkReady {
+			return printJSON(raw)
+		}
+	}
+	return fmt.Errorf("crictl info shows no %s condition:\n%s", criruntime.NetworkReady, out)
+}
+
+// waitNetworkReady waits until nri-bridge has connected and the network is ready.
+func waitNetworkReady(ctx context.Context, h *harness.Harness, plugin *harness.Process) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := h.Runtime.Status(ctx, &criruntime.StatusRequest{})
+		if err != nil {
+			return err
+		}
+		for _, c := range resp.GetStatus().GetConditions() {
+			if c.Type == criruntime.NetworkReady && c.Status {
+				return nil
+			}
+		}
+		if exited, exitErr := plugin.Exited(); exited {
+			return fmt.Errorf("nri-bridge exited (%v); its log: %s", exitErr, plugin.LogPath)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("network not ready 30s after nri-bridge started; its log: %s", plugin.LogPath)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// showNetwork prints the network part of `crictl inspectp`: the pod's IPs and where each comes
+// from. It returns the pod's IPs, primary first.
+func showNetwork(ctx context.Context, h *harness.Harness, podID string) ([]string, error) {
+	fmt.Printf("\n$ crictl inspectp %s  # .status.network, .podNetwork\n", podID)
+	out, err := h.Crictl(ctx, "inspectp", "-o", "json", podID)
+	if err != nil {
+		return nil, err
 	}
 	var inspect struct {
 		Status struct {
 			Network json.RawMessage `json:"network"`
 		} `json:"status"`
+		PodNetwork json.RawMessage `json:"podNetwork"`
 	}
 	if err := json.Unmarshal(out, &inspect); err != nil {
-		return fmt.Errorf("crictl inspectp %s: %w", podID, err)
+		return nil, fmt.Errorf("crictl inspectp %s: %w", podID, err)
 	}
-	var network bytes.Buffer
-	if err := json.Indent(&network, inspect.Status.Network, "", "  "); err != nil {
-		return fmt.Errorf("crictl inspectp %s: network status %q: %w", podID, inspect.Status.Network, err)
+	for _, part := range []json.RawMessage{inspect.Status.Network, inspect.PodNetwork} {
+		if err := printJSON(part); err != nil {
+			return nil, fmt.Errorf("crictl inspectp %s: %w", podID, err)
+		}
 	}
-	fmt.Println(network.String())
+	var network struct {
+		IP            string `json:"ip"`
+		AdditionalIPs []struct {
+			IP string `json:"ip"`
+		} `json:"additionalIps"`
+	}
+	if err := json.Unmarshal(inspect.Status.Network, &network); err != nil {
+		return nil, fmt.Errorf("crictl inspectp %s: network status: %w", podID, err)
+	}
+	if _, err := netip.ParseAddr(network.IP); err != nil {
+		return nil, fmt.Errorf("pod %s has no IP (%q): see %s", podID, network.IP, h.LogPath)
+	}
+	ips := []string{network.IP}
+	for _, ip := range network.AdditionalIPs {
+		ips = append(ips, ip.IP)
+	}
+	return ips, nil
+}
+
+func printJSON(raw json.RawMessage) error {
+	var indented bytes.Buffer
+	if err := json.Indent(&indented, raw, "", "  "); err != nil {
+		return fmt.Errorf("%q: %w", raw, err)
+	}
+	fmt.Println(indented.String())
 	return nil
 }
