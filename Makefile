@@ -7,6 +7,8 @@ BIN := $(BUILD)/bin
 export GOWORK := $(BUILD)/go.work
 export GOFLAGS := -buildvcs=false
 export PATH := /usr/local/go/bin:$(PATH)
+# Code generators are built once and shared by every materialization (make src, verify).
+export KNEXT_TOOLS_DIR := $(BUILD)/tools
 
 CONTAINERD_MOD := github.com/containerd/containerd/v2
 UPSTREAM_VERSION = $(shell GOWORK=off go list -m -f '{{.Version}}' $(CONTAINERD_MOD))
