@@ -32,7 +32,7 @@ export KNEXT_UPSTREAM_BIN_DIR := $(UPSTREAM_BIN)
 export KNEXT_BIN_DIR := $(BIN)
 export KNEXT_IMAGES_DIR := $(IMAGES)
 
-.PHONY: all src build upstream images demo test integration patches verify verify-proto clean
+.PHONY: all src build upstream images demo test integration bench patches verify verify-proto clean
 all: build
 
 src: $(SRC_STAMP)
@@ -73,6 +73,16 @@ test: build upstream images
 	@contrib/ci/lint.sh
 	go build -o $(BIN)/testsum ./contrib/ci/testsum
 	@contrib/ci/test.sh
+
+BENCH := $(BUILD)/bench
+# PodSandboxStatus cost against upstream containerd, in one run (docs/performance.md); not part of
+# `make test`. Tune it with BENCH_FLAGS, e.g. BENCH_FLAGS="-repeats 9 -duration 3s".
+bench: build upstream images
+	@contrib/ci/check-deps.sh
+	go build -o $(BENCH)/knext-bench ./contrib/bench
+	go build -o $(BENCH)/statusplugin ./contrib/bench/statusplugin
+	$(BENCH)/knext-bench -knext $(BIN)/containerd -upstream $(UPSTREAM_BIN)/containerd \
+		-plugin $(BENCH)/statusplugin -out $(BENCH)/report.json $(BENCH_FLAGS)
 
 patches:
 	@contrib/build/export.sh $(BUILD) patches

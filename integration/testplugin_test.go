@@ -3,7 +3,6 @@ package integration
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -85,37 +84,19 @@ func testPluginPath(t *testing.T) string {
 	})
 }
 
-var upstreamBinaries onceBuild
-
-// upstreamContainerd returns a pristine containerd (with its runc shim next to it) of the
-// version knext's go.mod pins: $KNEXT_UPSTREAM_BIN_DIR/containerd if set, else one built from
-// the module cache, outside the workspace so that no knext patch applies.
+// upstreamContainerd returns the pristine containerd of the version knext's go.mod pins, with its
+// runc shim next to it, as `make upstream` builds it into $KNEXT_UPSTREAM_BIN_DIR.
 func upstreamContainerd(t *testing.T) string {
-	return upstreamBinaries.get(t, func(dir string) (string, error) {
-		if prebuilt := os.Getenv("KNEXT_UPSTREAM_BIN_DIR"); prebuilt != "" {
-			return filepath.Join(prebuilt, "containerd"), nil
-		}
-		const module = "github.com/containerd/containerd/v2"
-		noWorkspace := []string{"GOWORK=off"}
-		version, err := goCommand(noWorkspace, "list", "-m", "-f", "{{.Version}}", module)
-		if err != nil {
-			return "", err
-		}
-		download, err := goCommand(noWorkspace, "mod", "download", "-json", module+"@"+strings.TrimSpace(string(version)))
-		if err != nil {
-			return "", err
-		}
-		var source struct{ Dir string }
-		if err := json.Unmarshal(download, &source); err != nil || source.Dir == "" {
-			return "", fmt.Errorf("no source directory for %s in %s (%v)", module, download, err)
-		}
-		out := filepath.Join(dir, "upstream") + "/"
-		if _, err := goCommand(noWorkspace, "build", "-C", source.Dir, "-tags", "urfave_cli_no_docs", "-o", out,
-			"./cmd/containerd", "./cmd/containerd-shim-runc-v2"); err != nil {
-			return "", err
-		}
-		return filepath.Join(out, "containerd"), nil
-	})
+	t.Helper()
+	dir := os.Getenv("KNEXT_UPSTREAM_BIN_DIR")
+	if dir == "" {
+		t.Fatal("KNEXT_UPSTREAM_BIN_DIR is not set: run the tests through make (make upstream builds pristine containerd)")
+	}
+	path := filepath.Join(dir, "containerd")
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("no upstream containerd: %v (make upstream builds it)", err)
+	}
+	return path
 }
 
 // Annotations the test plugin answers from (see testplugin/main.go).

@@ -1,0 +1,254 @@
+// Command bench measures what knext's NRI PodSandboxStatus path costs, against upstream containerd,
+// in one run on one machine (`make bench`; DESIGN.md §2 S3/S4/S8, §3 C2/C7; issue 6).
+//
+// Every configuration has its own harness instance (integration/harness) with N running pods,
+// set up once; the daemon of a configuration runs only while it is measured, with the status
+// plugins (contrib/bench/statusplugin) it needs:
+//
+//	a  upstream containerd built from the pristine module (`make upstream`)
+//	b  knext, NRI enabled, no status plugin
+//	c  knext + one status plugin answering from memory
+//	d  knext + three such plugins
+//	e  knext + one status plugin taking -slow-delay per answer
+//	f  (only with -configs ...,f) knext + three status plugins taking -slow-delay per answer
+//
+// For each it measures PodSandboxStatus latency (p50, p99) and throughput over the CRI socket at
+// concurrency 1 and 16, verbose off and on, and the plugin calls per PodSandboxStatus; with status
+// plugins, the plugin calls caused by internal callers (CRI container events) and by bursts of
+// concurrent queries for one pod; for a and e, RunPodSandbox latency during a 16-way status
+// storm. Configurations alternate, in a rotating order, for -repeats rounds; the report gives the
+// min/median/max of the rounds and ratios to a from the same round, checks the targets of issue 6,
+// prints a table and writes a JSON report.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// statusPlugin is one status plugin process of a configuration.
+type statusPlugin struct {
+	Name    string        `json:"name"`  // the plugin's name; NRI knows it as Index-Name
+	Index   string        `json:"index"` // NRI plugin index
+	Primary bool          `json:"primary"`
+	Delay   time.Duration `json:"delayNs,omitempty"` // spent on each answer
+	Prefix  string        `json:"prefix"`            // IPv6 prefix of the IPs it reports (a /48)
+}
+
+// configuration is one of the benchmark's daemon setups.
+type configuration struct {
+	Key         string         `json:"key"`
+	Description string         `json:"description"`
+	Upstream    bool           `json:"upstream"` // runs the pristine upstream build
+	Plugins     []statusPlugin `json:"plugins"`
+	Storm       bool           `json:"storm"` // measures RunPodSandbox during a status storm
+}
+
+func configurations(slowDelay time.Duration) []configuration {
+	fast := func(n int, primary bool) statusPlugin {
+		return statusPlugin{Name: fmt.Sprintf("status-%d", n), Index: fmt.Sprintf("%d", 9+n), Primary: primary,
+			Prefix: fmt.Sprintf("2001:db8:%d::", n)}
+	}
+	slow := func(n int, primary bool) statusPlugin {
+		p := fast(n, primary)
+		p.Name, p.Delay = fmt.Sprintf("slow-status-%d", n), slowDelay
+		return p
+	}
+	return []configuration{
+		{Key: "a", Description: "upstream containerd (pristine module), NRI enabled", Upstream: true, Storm: true},
+		{Key: "b", Description: "knext, NRI enabled, no status plugin"},
+		{Key: "c", Description: "knext + 1 status plugin answering from memory", Plugins: []statusPlugin{fast(1, true)}},
+		{Key: "d", Description: "knext + 3 status plugins answering from memory",
+			Plugins: []statusPlugin{fast(1, true), fast(2, false), fast(3, false)}},
+		{Key: "e", Description: fmt.Sprintf("knext + 1 status plugin taking %s per answer", slowDelay),
+			Plugins: []statusPlugin{slow(1, true)}, Storm: true},
+		// Not in the issue, opt-in: shows whether plugins are asked concurrently (S3) without the
+		// CPU contention that three fast plugins cause on a small machine.
+		{Key: "f", Description: fmt.Sprintf("knext + 3 status plugins taking %s per answer", slowDelay),
+			Plugins: []statusPlugin{slow(1, true), slow(2, false), slow(3, false)}},
+	}
+}
+
+// settings are the command line.
+type settings struct {
+	Pods       int           `json:"pods"`
+	Duration   time.Duration `json:"durationNs"` // of each latency measurement
+	Repeats    int           `json:"repeats"`
+	StormPods  int           `json:"stormPods"` // pods created during each storm
+	Bursts     int           `json:"bursts"`
+	SlowDelay  time.Duration `json:"slowDelayNs"`
+	Configs    string        `json:"configs"`
+	Upstream   string        `json:"upstream"`
+	Knext      string        `json:"knext"`
+	Plugin     string        `json:"plugin"`
+	Out        string        `json:"-"`
+	LogLevel   string        `json:"logLevel"`
+	NRITimeout time.Duration `json:"nriRequestTimeoutNs"`
+	Profile    string        `json:"profile,omitempty"` // directory of daemon CPU profiles
+}
+
+func main() {
+	var s settings
+	flag.IntVar(&s.Pods, "pods", 50, "running pods during every measurement")
+	flag.DurationVar(&s.Duration, "duration", 2*time.Second, "length of each PodSandboxStatus measurement")
+	flag.IntVar(&s.Repeats, "repeats", 5, "rounds over all configurations")
+	flag.IntVar(&s.StormPods, "storm-pods", 10, "pods created (one at a time) during each status storm")
+	flag.IntVar(&s.Bursts, "bursts", 20, "bursts of 16 concurrent queries for one pod")
+	flag.DurationVar(&s.SlowDelay, "slow-delay", 50*time.Millisecond, "answer time of the slow plugin of configuration e")
+	flag.StringVar(&s.Configs, "configs", "a,b,c,d,e", "configurations to run, comma-separated: a (the baseline of every ratio) to e, and the opt-in f")
+	flag.StringVar(&s.Upstream, "upstream", binaryIn("KNEXT_UPSTREAM_BIN_DIR", "containerd"),
+		"upstream containerd binary (make upstream; default from $KNEXT_UPSTREAM_BIN_DIR); its shim must be next to it")
+	flag.StringVar(&s.Knext, "knext", binaryIn("KNEXT_BIN_DIR", "containerd"),
+		"knext containerd binary (make build; default from $KNEXT_BIN_DIR); its shim must be next to it")
+	flag.StringVar(&s.Plugin, "plugin", "", "status plugin binary (contrib/bench/statusplugin)")
+	flag.StringVar(&s.Out, "out", "build/bench/report.json", "JSON report")
+	flag.StringVar(&s.LogLevel, "log-level", "info", "containerd log level (upstream's default)")
+	flag.DurationVar(&s.NRITimeout, "nri-request-timeout", 2*time.Second, "NRI plugin_request_timeout")
+	flag.StringVar(&s.Profile, "profile", "", "directory to write the daemon's CPU profile of every PodSandboxStatus measurement to "+
+		"(<config>-round<n>-<variant>.pprof; profiling perturbs the figures)")
+	flag.Parse()
+	log.SetFlags(log.Ltime | log.Lmicroseconds)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, s); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(ctx context.Context, s settings) error {
+	configs, err := selectConfigurations(configurations(s.SlowDelay), s.Configs)
+	if err != nil {
+		return err
+	}
+	if err := s.check(configs); err != nil {
+		return err
+	}
+	report := newReport(s, configs)
+	log.Printf("bench: %d pods, configurations %s, %d rounds, %s per measurement", s.Pods, s.Configs, s.Repeats, s.Duration)
+
+	runErr := runRounds(ctx, s, configs, report)
+	report.finish()
+	if runErr == nil {
+		report.printTable(os.Stdout)
+		if failed := report.measurementErrors(); failed != "" {
+			runErr = errors.New(failed)
+		}
+	}
+	if err := report.write(s.Out); err != nil {
+		return errors.Join(runErr, err)
+	}
+	log.Printf("bench: report written to %s", s.Out)
+	return runErr
+}
+
+// runRounds sets up every configuration's instance, then runs the configurations round after
+// round, and removes the instances.
+func runRounds(ctx context.Context, s settings, configs []configuration, report *report) (err error) {
+	var instances []*instance
+	defer func() {
+		for _, in := range instances {
+			err = errors.Join(err, in.h.Close())
+		}
+	}()
+	for _, c := range configs {
+		in, err := newInstance(ctx, s, c)
+		if in != nil {
+			instances = append(instances, in)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	for r := range s.Repeats {
+		for _, in := range rotate(instances, r) {
+			run, err := in.run(ctx, r+1)
+			if err != nil {
+				return fmt.Errorf("configuration %s, round %d: %w", in.c.Key, r+1, err)
+			}
+			report.add(run)
+		}
+	}
+	return nil
+}
+
+func (s settings) check(configs []configuration) error {
+	if s.Pods < 16 || s.Pods > 200 {
+		return fmt.Errorf("-pods %d: want 16..200 (concurrency 16 needs distinct pods; the CNI subnet is a /24)", s.Pods)
+	}
+	if s.Pods+s.StormPods > 250 {
+		return fmt.Errorf("-pods %d + -storm-pods %d exceed the CNI /24", s.Pods, s.StormPods)
+	}
+	if s.Repeats < 1 || s.Duration <= 0 || s.Bursts < 1 || s.StormPods < 1 {
+		return errors.New("-repeats, -duration, -bursts and -storm-pods must be positive")
+	}
+	var errs []error
+	if s.Knext == "" {
+		errs = append(errs, errors.New("-knext is not set (`make build` builds it)"))
+	}
+	for _, c := range configs {
+		if c.Upstream && s.Upstream == "" {
+			errs = append(errs, fmt.Errorf("configuration %s needs -upstream (`make upstream` builds it)", c.Key))
+		}
+		if len(c.Plugins) > 0 && s.Plugin == "" {
+			errs = append(errs, fmt.Errorf("configuration %s needs -plugin (go build ./contrib/bench/statusplugin)", c.Key))
+		}
+	}
+	for _, path := range []string{s.Knext, s.Upstream, s.Plugin} {
+		if path == "" {
+			continue
+		}
+		if _, err := os.Stat(path); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// binaryIn returns the path of binary name in the directory environment variable dir names, or ""
+// when it is not set.
+func binaryIn(dir, name string) string {
+	if d := os.Getenv(dir); d != "" {
+		return filepath.Join(d, name)
+	}
+	return ""
+}
+
+// selectConfigurations returns the configurations named in list, in the canonical order; the
+// baseline a must be one of them.
+func selectConfigurations(all []configuration, list string) ([]configuration, error) {
+	wanted := map[string]bool{}
+	for _, key := range strings.Split(list, ",") {
+		wanted[strings.TrimSpace(key)] = true
+	}
+	var selected []configuration
+	for _, c := range all {
+		if wanted[c.Key] {
+			selected = append(selected, c)
+			delete(wanted, c.Key)
+		}
+	}
+	for key := range wanted {
+		return nil, fmt.Errorf("-configs: unknown configuration %q (known: a, b, c, d, e, f)", key)
+	}
+	if len(selected) == 0 || selected[0].Key != "a" {
+		return nil, errors.New("-configs must include a: every ratio is to upstream")
+	}
+	return selected, nil
+}
+
+// rotate returns the order of round r: the instances rotated left by r, so that no configuration
+// always follows the same one.
+func rotate(instances []*instance, r int) []*instance {
+	k := r % len(instances)
+	return append(append([]*instance{}, instances[k:]...), instances[:k]...)
+}
