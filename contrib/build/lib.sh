@@ -37,7 +37,7 @@ upstream_tag() { echo "upstream-$(pinned_version "$1")"; }
 # export_series TREE NAME OUTDIR: write TREE's commits after its upstream tag as a stable patch series.
 export_series() {
 	local tree=$1 name=$2 out=$3
-	rm -rf "$out" && mkdir -p "$out"
+	rm -rf "$out" && mkdir -p "$out" && out=$(cd "$out" && pwd) # git -C would resolve it in tree
 	git -C "$tree" format-patch --quiet --no-signature --zero-commit --full-index \
 		-o "$out" "$(upstream_tag "$name")..HEAD" >/dev/null ||
 		die "cannot export the patch series of $tree"

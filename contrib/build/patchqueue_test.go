@@ -39,6 +39,7 @@ func newRepoCopy(t *testing.T) *repoCopy {
 // run runs a script of the copy with no git identity in reach, as on a fresh machine.
 func (r *repoCopy) run(script string, args ...string) (string, error) {
 	cmd := exec.Command("bash", append([]string{filepath.Join(r.root, "contrib", "build", script)}, args...)...)
+	cmd.Dir = r.root // as from make: relative paths are relative to the repository
 	home := r.t.TempDir()
 	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home, "GOWORK=off")
 	// Generated-code tools are cached across materializations of the real repo too.
@@ -138,7 +139,7 @@ func TestSeriesRoundTrip(t *testing.T) {
 	nri := filepath.Join(out, "src", "nri")
 	commitFile(t, nri, "KNEXT_ONE", "one\n", "Add a first throwaway file")
 	commitFile(t, nri, "KNEXT_TWO", "two\n", "Add a second throwaway file")
-	r.mustRun("export.sh", out, filepath.Join(r.root, "patches"))
+	r.mustRun("export.sh", "build", "patches") // relative, as the Makefile passes them
 
 	got := patchNames(t, filepath.Join(r.root, "patches", "nri"))
 	want := []string{"0001-Add-a-first-throwaway-file.patch", "0002-Add-a-second-throwaway-file.patch"}
