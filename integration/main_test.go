@@ -83,6 +83,8 @@ type inspectp struct {
 			} `json:"additionalIps"`
 		} `json:"network"`
 	} `json:"status"`
+	// crictl shows each verbose info entry at the top level; podNetwork is knext's provenance.
+	PodNetwork podNetworkInfo `json:"podNetwork"`
 }
 
 func crictlInspectp(t *testing.T, ctx context.Context, h *harness.Harness, id string) inspectp {

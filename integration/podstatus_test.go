@@ -207,26 +207,8 @@ func TestPodStatusPluginSetsPrimaryIP(t *testing.T) {
 	wantIPs(t, id, status, network, liveFrom(plugin, "192.0.2.10"), cniSourced(cniIP))
 
 	// What an operator sees.
-	out, err := h.Crictl(ctx, "inspectp", "-o", "json", id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var shown struct {
-		Status struct {
-			Network struct {
-				IP            string `json:"ip"`
-				AdditionalIPs []struct {
-					IP string `json:"ip"`
-				} `json:"additionalIps"`
-			} `json:"network"`
-		} `json:"status"`
-		// crictl shows each verbose info entry at the top level.
-		PodNetwork podNetworkInfo `json:"podNetwork"`
-	}
-	if err := json.Unmarshal(out, &shown); err != nil {
-		t.Fatalf("crictl inspectp %s: %v\n%s", id, err, out)
-	}
-	if n := shown.Status.Network; n.IP != "192.0.2.10" || len(n.AdditionalIPs) != 1 || n.AdditionalIPs[0].IP != cniIP {
+	shown := crictlInspectp(t, ctx, h, id)
+	if n := shown.Status.Network; n == nil || n.IP != "192.0.2.10" || len(n.AdditionalIPs) != 1 || n.AdditionalIPs[0].IP != cniIP {
 		t.Errorf("crictl inspectp %s shows network %+v, want ip 192.0.2.10 and additional %s", id, n, cniIP)
 	}
 	if want := []reportedIP{liveFrom(plugin, "192.0.2.10"), cniSourced(cniIP)}; !slices.Equal(shown.PodNetwork.IPs, want) {
