@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 
@@ -149,7 +150,7 @@ func (p *plugin) Configure(ctx context.Context, runtimeConfig, runtime, version 
 }
 
 // Synchronize reconciles the store with the pods the runtime has: allocations of pods that are
-// gone or have no network namespace any more are torn down and released.
+// gone, and whose network namespace is gone too, are torn down and released.
 func (p *plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, _ []*api.Container) ([]*api.ContainerUpdate, error) {
 	a, err := p.current()
 	if err != nil {
@@ -173,6 +174,14 @@ func (p *plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, _ []*a
 		if live[alloc.Pod.ID] {
 			kept++
 			delete(live, alloc.Pod.ID)
+			continue
+		}
+		// containerd leaves sandboxes it could not restore (state unknown) out of the list;
+		// while the pod's network namespace exists, its address must not go to another pod.
+		if _, err := os.Stat(alloc.NetNS); alloc.NetNS != "" && err == nil {
+			log.Warnf(ctx, "nri-bridge: keeping %v of %s: the runtime did not list the pod, but its network namespace %s still exists",
+				alloc.Addrs, alloc.Pod, alloc.NetNS)
+			kept++
 			continue
 		}
 		// A failed release keeps the allocation for the next Synchronize: failing here

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -223,6 +225,38 @@ func TestSynchronizeReconciles(t *testing.T) {
 	}
 	if got := podIPsOK(t, p, testPod("live")); got != "10.5.0.2" {
 		t.Errorf("live pod lost its address: %q", got)
+	}
+}
+
+func TestSynchronizeKeepsUnlistedPodWithNetNS(t *testing.T) {
+	p, fake := newTestPlugin(t, testPodDoc(t, `ipv4: {subnet: 10.5.0.0/24}`))
+	netns := filepath.Join(t.TempDir(), "unknown-state")
+	if err := os.WriteFile(netns, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pod := testPod("unknown-state")
+	pod.Linux.Namespaces = []*api.LinuxNamespace{{Type: "network", Path: netns}}
+	if err := p.RunPodSandbox(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+
+	// Not listed (containerd could not restore its state), but its netns is there: kept.
+	if _, err := p.Synchronize(ctx, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := podIPsOK(t, p, pod); got != "10.5.0.2" || !fake.isWired("unknown-state") {
+		t.Fatalf("unlisted pod with a netns: IPs %q, wired %v; want it kept", got, fake.isWired("unknown-state"))
+	}
+
+	// Once the netns is gone, the next Synchronize releases it.
+	if err := os.Remove(netns); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Synchronize(ctx, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := podIPsOK(t, p, pod); got != "" || fake.isWired("unknown-state") {
+		t.Fatalf("pod without netns after synchronize: IPs %q, wired %v; want it released", got, fake.isWired("unknown-state"))
 	}
 }
 
