@@ -203,7 +203,7 @@ func (p *plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, _ []*a
 }
 
 // RunPodSandbox allocates the pod's addresses, persists them, then wires the pod. On failure
-// everything done for the pod is undone, so a failed pod start leaks nothing.
+// everything this call did for the pod is undone, so a failed pod start leaks nothing.
 func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 	a, err := p.current()
 	if err != nil {
@@ -218,13 +218,16 @@ func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 	p.lifecycleMu.Lock()
 	defer p.lifecycleMu.Unlock()
 
-	alloc, err := a.store.allocate(ref, nsPath, hostVethName(ref.ID))
+	alloc, created, err := a.store.allocate(ref, nsPath, hostVethName(ref.ID))
 	if err != nil {
 		return fmt.Errorf("nri-bridge: %s: %w", ref, err)
 	}
 	if err := a.net.setup(alloc); err != nil {
-		if undoErr := release(a, alloc); undoErr != nil {
-			log.Errorf(ctx, "nri-bridge: undoing failed setup: %v", undoErr)
+		// A failed replay leaves alone what an earlier, successful start set up.
+		if created {
+			if undoErr := release(a, alloc); undoErr != nil {
+				log.Errorf(ctx, "nri-bridge: undoing failed setup: %v", undoErr)
+			}
 		}
 		return fmt.Errorf("nri-bridge: %s: %w", ref, err)
 	}

@@ -155,6 +155,21 @@ func TestRunPodSandboxFailureLeaksNothing(t *testing.T) {
 	}
 }
 
+func TestFailedReplayKeepsTheWiredPod(t *testing.T) {
+	p, fake := newTestPlugin(t, testPodDoc(t, `ipv4: {subnet: 10.5.0.0/24}`))
+	pod := testPod("a")
+	if err := p.RunPodSandbox(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	fake.setupErr = errors.New("transient netlink error")
+	if err := p.RunPodSandbox(ctx, pod); err == nil {
+		t.Fatal("replay with a failing setup succeeded")
+	}
+	if got := podIPsOK(t, p, pod); got != "10.5.0.2" || !fake.isWired("a") {
+		t.Errorf("after a failed replay: IPs %q, wired %v; want the pod left as it was", got, fake.isWired("a"))
+	}
+}
+
 func TestStopAndRemoveReleaseIdempotently(t *testing.T) {
 	p, fake := newTestPlugin(t, testPodDoc(t, `ipv4: {subnet: 10.5.0.0/30}`))
 	pod := testPod("a")

@@ -84,14 +84,14 @@ func (s *store) close() error {
 }
 
 // allocate returns the pod's allocation, creating it with one address per pool if the pod has
-// none. Either every pool gives an address or nothing is stored.
-func (s *store) allocate(pod podRef, netns, hostVeth string) (*allocation, error) {
-	var alloc *allocation
-	err := s.db.Update(func(tx *bolt.Tx) error {
+// none (created tells which). Either every pool gives an address or nothing is stored.
+func (s *store) allocate(pod podRef, netns, hostVeth string) (alloc *allocation, created bool, err error) {
+	err = s.db.Update(func(tx *bolt.Tx) error {
 		var err error
 		if alloc, err = getAllocation(tx, pod.ID); err != nil || alloc != nil {
 			return err
 		}
+		created = true
 		alloc = &allocation{Pod: pod, NetNS: netns, HostVeth: hostVeth}
 		addrs, cursors := tx.Bucket(addrsBucket), tx.Bucket(cursorsBucket)
 		for _, p := range s.pools {
@@ -110,9 +110,9 @@ func (s *store) allocate(pod podRef, netns, hostVeth string) (*allocation, error
 		return putAllocation(tx, alloc)
 	})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return alloc, nil
+	return alloc, created, nil
 }
 
 // nextFree hands out addresses round-robin from the last one handed out, so that a released

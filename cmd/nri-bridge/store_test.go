@@ -20,7 +20,7 @@ func openTestStore(t *testing.T, dir, doc string) *store {
 
 func allocateOK(t *testing.T, s *store, podID string) *allocation {
 	t.Helper()
-	alloc, err := s.allocate(podRef{ID: podID}, "/run/netns/"+podID, hostVethName(podID))
+	alloc, _, err := s.allocate(podRef{ID: podID}, "/run/netns/"+podID, hostVethName(podID))
 	if err != nil {
 		t.Fatalf("allocate %s: %v", podID, err)
 	}
@@ -68,7 +68,7 @@ func TestStoreExhaustion(t *testing.T) {
 	for i := range 5 {
 		allocateOK(t, s, fmt.Sprint("pod-", i))
 	}
-	_, err := s.allocate(podRef{ID: "pod-6"}, "/run/netns/x", "v")
+	_, _, err := s.allocate(podRef{ID: "pod-6"}, "/run/netns/x", "v")
 	if err == nil || err.Error() != "no free IPv4 address in 10.1.7.0/29" {
 		t.Fatalf("allocation in a full pool: got %v", err)
 	}
@@ -89,7 +89,7 @@ func TestStoreExhaustionIsAllOrNothing(t *testing.T) {
 	s := openTestStore(t, t.TempDir(), `{ipv4: {subnet: 10.1.0.0/24}, ipv6: {subnet: "fd00:2::/126"}}`)
 	allocateOK(t, s, "pod-0")
 	allocateOK(t, s, "pod-1")
-	_, err := s.allocate(podRef{ID: "pod-2"}, "/run/netns/x", "v")
+	_, _, err := s.allocate(podRef{ID: "pod-2"}, "/run/netns/x", "v")
 	if err == nil || err.Error() != "no free IPv6 address in fd00:2::/126" {
 		t.Fatalf("got %v", err)
 	}
@@ -178,7 +178,7 @@ func TestStoreConcurrentAllocationsAreUnique(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := s.allocate(podRef{ID: fmt.Sprint("pod-", i)}, "/run/netns/x", "v")
+			_, _, err := s.allocate(podRef{ID: fmt.Sprint("pod-", i)}, "/run/netns/x", "v")
 			errs <- err
 		}()
 	}
