@@ -74,7 +74,7 @@ func launchedByRuntime() bool {
 }
 
 func newPlugin(flags *configFlags) (*plugin, error) {
-	p := &plugin{flags: flags, newNetwork: newHostNetwork}
+	p := &plugin{flags: flags, newNetwork: newHostNetwork, newFirewall: newNFTFirewall}
 	if flags.file != "" {
 		doc, err := os.ReadFile(flags.file)
 		if err != nil {
