@@ -12,6 +12,8 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/vishvananda/netlink"
+
+	"github.com/knext-dev/knext/internal/netnstest"
 )
 
 func TestNetnsCleanup(t *testing.T) {
@@ -27,7 +29,7 @@ func TestNetnsCleanup(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod, _ := newNetns(t, "a")
-	pod.PortMappings = []*api.PortMapping{mapping(api.Protocol_TCP, randomPort(t), 80, "")}
+	pod.PortMappings = []*api.PortMapping{mapping(api.Protocol_TCP, netnstest.Port(t), 80, "")}
 	if err := p.RunPodSandbox(ctx, pod); err != nil {
 		t.Fatal(err)
 	}

@@ -24,16 +24,6 @@ import (
 // and the plugin's nftables table, all with random names, all removed again. They turn on IPv4
 // and IPv6 forwarding, as the plugin does for hostPorts.
 
-// randomPort returns a random port for a hostPort: the host's ports are shared with every
-// concurrent test.
-func randomPort(t *testing.T) int32 {
-	b, err := strconv.ParseUint(randomHex(t, 4), 16, 16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return 20000 + int32(b%20000)
-}
-
 func mapping(proto api.Protocol, hostPort, containerPort int32, hostIP string) *api.PortMapping {
 	return &api.PortMapping{Protocol: proto, HostPort: hostPort, ContainerPort: containerPort, HostIp: hostIP}
 }
@@ -87,7 +77,7 @@ func TestNetnsHostPorts(t *testing.T) {
 	p, s := newNetnsPlugin(t)
 	peer := netnstest.NewPeer(t) // another host, linked to the node
 	gw4, gw6 := s.pools[0].gateway, s.pools[1].gateway
-	anyPort, onPeer4, only6, udp := randomPort(t), randomPort(t), randomPort(t), randomPort(t)
+	anyPort, onPeer4, only6, udp := netnstest.Port(t), netnstest.Port(t), netnstest.Port(t), netnstest.Port(t)
 
 	web, _ := newNetns(t, "web")
 	web.PortMappings = []*api.PortMapping{
@@ -200,7 +190,7 @@ func TestNetnsHostPortsRebuiltOnSynchronize(t *testing.T) {
 	}
 	p := newPlugin()
 	peer := netnstest.NewPeer(t)
-	port, gonePort := randomPort(t), randomPort(t)
+	port, gonePort := netnstest.Port(t), netnstest.Port(t)
 	pod, _ := newNetns(t, "kept")
 	pod.PortMappings = []*api.PortMapping{mapping(api.Protocol_TCP, port, 80, "")}
 	gone, goneNetns := newNetns(t, "gone")
@@ -299,7 +289,7 @@ func TestNetnsLocalnetGuard(t *testing.T) {
 	requireRoot(t)
 	p, s := newNetnsPlugin(t)
 	pod, _ := newNetns(t, "intruder")
-	pod.PortMappings = []*api.PortMapping{mapping(api.Protocol_TCP, randomPort(t), 80, "")}
+	pod.PortMappings = []*api.PortMapping{mapping(api.Protocol_TCP, netnstest.Port(t), 80, "")}
 	if err := p.RunPodSandbox(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
@@ -356,7 +346,7 @@ func TestNetnsSCTPHostPort(t *testing.T) {
 	requireRoot(t)
 	p, _ := newNetnsPlugin(t)
 	peer := netnstest.NewPeer(t)
-	port := randomPort(t)
+	port := netnstest.Port(t)
 	pod, _ := newNetns(t, "sctp")
 	pod.PortMappings = []*api.PortMapping{mapping(api.Protocol_SCTP, port, 3868, "")}
 	if err := p.RunPodSandbox(ctx, pod); err != nil {

@@ -6,6 +6,7 @@ package netnstest
 import (
 	"bufio"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -248,6 +249,17 @@ func freeSubnets() (netip.Prefix, netip.Prefix, error) {
 		}
 	}
 	return netip.Prefix{}, netip.Prefix{}, errors.New("no free random subnet for a peer network namespace")
+}
+
+// Port returns a random port in 20000-39999, for a hostPort: the host's ports are shared with
+// every concurrent test.
+func Port(t testing.TB) int32 {
+	t.Helper()
+	b := make([]byte, 2)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return 20000 + int32(binary.BigEndian.Uint16(b)%20000)
 }
 
 func randomHex(t testing.TB, n int) string {
