@@ -13,7 +13,8 @@ import (
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 	"github.com/google/nftables/userdata"
-	"github.com/vishvananda/netlink"
+	"github.com/mdlayher/netlink"
+	vnetlink "github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -68,7 +69,11 @@ func (f *nftFirewall) apply(rs *ruleset) error {
 // replaceTable deletes the table and creates it again with the content of rs, in one batch
 // that the kernel commits atomically: no packet ever sees a partial table.
 func replaceTable(rs *ruleset) error {
-	conn, err := nftables.New()
+	messages := 4 // add, delete, add table; batch end
+	for _, c := range rs.chains {
+		messages += 1 + len(c.rules)
+	}
+	conn, err := nftables.New(nftables.WithSockOptions(batchBuffers(messages)))
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
@@ -100,6 +105,35 @@ func replaceTable(rs *ruleset) error {
 		return fmt.Errorf("nftables table inet %s: %w", rs.table, err)
 	}
 	return nil
+}
+
+// batchBuffers sizes the netlink socket's buffers for a batch of that many messages. The kernel
+// takes a batch from a single sendmsg, which the send buffer bounds, and acks every message into
+// the receive buffer: Linux's default buffers (about 208 KiB) hold a few hundred rules, that is a
+// hundred or so pods with hostPorts. Root may exceed net.core.wmem_max and rmem_max.
+func batchBuffers(messages int) nftables.SockOption {
+	size := 1<<20 + messages*4096
+	return func(conn *netlink.Conn) error {
+		raw, err := conn.SyscallConn()
+		if err != nil {
+			return err
+		}
+		var sockErr error
+		err = raw.Control(func(fd uintptr) {
+			for _, option := range []int{unix.SO_SNDBUFFORCE, unix.SO_RCVBUFFORCE} {
+				if sockErr == nil {
+					sockErr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, option, size)
+				}
+			}
+		})
+		if err == nil {
+			err = sockErr
+		}
+		if err != nil {
+			return fmt.Errorf("sizing the netlink buffers for %d messages: %w", messages, err)
+		}
+		return nil
+	}
 }
 
 // deleteTable removes the table of bridge, if any.
@@ -265,9 +299,9 @@ func (f *nftFirewall) setRouteLocalnet(on bool) error {
 // br_netfilter, a pod's connection to its own hostPort is DNATed while it is bridged and goes
 // back out of the port it came in.
 func (f *nftFirewall) enableHairpin(hostVeth string) error {
-	link, err := netlink.LinkByName(hostVeth)
+	link, err := vnetlink.LinkByName(hostVeth)
 	if err == nil {
-		err = netlink.LinkSetHairpin(link, true)
+		err = vnetlink.LinkSetHairpin(link, true)
 	}
 	if err != nil {
 		return fmt.Errorf("setting hairpin mode on %s: %w", hostVeth, err)
