@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // firewall is what the plugin does to the host's packet filter for hostPorts and masquerade; a
@@ -30,7 +31,7 @@ func (a *activeConfig) publishHostPorts(alloc *allocation, ports []portMapping) 
 	}
 	err = a.firewall.enableHairpin(alloc.HostVeth)
 	if err == nil {
-		err = a.applyRulesetLocked("")
+		err = a.applyRulesetLocked()
 	}
 	// A new claim goes with its failure, so that the caller's undo needs no working firewall
 	// (rules a failed apply may have left are gone with the next one); a replayed claim stays,
@@ -43,25 +44,48 @@ func (a *activeConfig) publishHostPorts(alloc *allocation, ports []portMapping) 
 	return err
 }
 
-// unpublishHostPorts removes the pod's rules, then its claim: a rule never outlives the claim
-// that the next Synchronize would rebuild it from.
-func (a *activeConfig) unpublishHostPorts(podID string) error {
+// unpublishHostPorts removes the pods' rules (in one rebuild of the table), then their claims: a
+// rule never outlives the claim that the next Synchronize would rebuild it from.
+func (a *activeConfig) unpublishHostPorts(podIDs ...string) error {
 	a.firewallMu.Lock()
 	defer a.firewallMu.Unlock()
-	held, err := a.store.hostPortsOf(podID)
-	if err != nil || held == nil {
+	var holders []string
+	for _, id := range podIDs {
+		held, err := a.store.hostPortsOf(id)
+		if err != nil {
+			return err
+		}
+		if held != nil {
+			holders = append(holders, id)
+		}
+	}
+	if len(holders) == 0 {
+		return nil
+	}
+	if err := a.applyRulesetLocked(holders...); err != nil {
 		return err
 	}
-	if err := a.applyRulesetLocked(podID); err != nil {
-		return err
+	for _, id := range holders {
+		if err := a.store.releaseHostPorts(id); err != nil {
+			return err
+		}
 	}
-	return a.store.releaseHostPorts(podID)
+	return nil
 }
 
-// applyRulesetLocked builds the table from the store (leaving out the pod without, if given)
-// and applies it. The caller holds firewallMu, so that the table never goes back to an older
-// state of the store.
-func (a *activeConfig) applyRulesetLocked(without string) error {
+// podIDs are the IDs of the allocations' pods.
+func podIDs(allocs []*allocation) []string {
+	ids := make([]string, 0, len(allocs))
+	for _, alloc := range allocs {
+		ids = append(ids, alloc.Pod.ID)
+	}
+	return ids
+}
+
+// applyRulesetLocked builds the table from the store, leaving out the pods without, and applies
+// it. The caller holds firewallMu, so that the table never goes back to an older state of the
+// store.
+func (a *activeConfig) applyRulesetLocked(without ...string) error {
 	allocs, err := a.store.list()
 	if err != nil {
 		return err
@@ -72,7 +96,7 @@ func (a *activeConfig) applyRulesetLocked(without string) error {
 	}
 	var pods []publishedPod
 	for _, alloc := range allocs {
-		if ports := held[alloc.Pod.ID]; ports != nil && alloc.Pod.ID != without {
+		if ports := held[alloc.Pod.ID]; ports != nil && !slices.Contains(without, alloc.Pod.ID) {
 			pods = append(pods, publishedPod{pod: alloc.Pod, addrs: alloc.Addrs, ports: ports.Ports})
 		}
 	}
@@ -123,7 +147,7 @@ func (a *activeConfig) syncHostPorts(ctx context.Context, listed []podWithPorts)
 			log.Errorf(ctx, "nri-bridge: synchronize: %s: %v", pod.ref, err)
 		}
 	}
-	if err := a.applyRulesetLocked(""); err != nil {
+	if err := a.applyRulesetLocked(); err != nil {
 		log.Errorf(ctx, "nri-bridge: synchronize: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -190,11 +191,22 @@ func TestSynchronizeRebuildsHostPorts(t *testing.T) {
 		t.Error("the adopted pod's bridge port is not in hairpin mode")
 	}
 
-	// A pod that is gone takes its rules with it.
+	// Pods that are gone take their rules with them, in one rebuild of the table (each rebuild
+	// costs time in proportion to the rules, and Synchronize has plugin_request_timeout).
+	for i := range 5 {
+		pod := portPod(fmt.Sprint("gone-", i), &api.PortMapping{Protocol: api.Protocol_UDP, ContainerPort: 53, HostPort: int32(5300 + i)})
+		if err := p.RunPodSandbox(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fw.applies = 0
 	if _, err := p.Synchronize(ctx, []*api.PodSandbox{web}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if rules := fw.appliedRules(); strings.Contains(rules, "9090") || !strings.Contains(rules, "8080") {
-		t.Errorf("rules after pod old went:\n%s", rules)
+	if rules := fw.appliedRules(); strings.Contains(rules, "9090") || strings.Contains(rules, "udp") || !strings.Contains(rules, "8080") {
+		t.Errorf("rules after pods old and gone-* went:\n%s", rules)
+	}
+	if fw.applies > 2 {
+		t.Errorf("Synchronize applied %d rulesets for 6 pods that are gone, want the removal in one (and the rebuild)", fw.applies)
 	}
 }

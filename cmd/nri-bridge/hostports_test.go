@@ -14,6 +14,7 @@ import (
 type fakeFirewall struct {
 	mu       sync.Mutex
 	applied  *ruleset // the last ruleset applied
+	applies  int      // how many rulesets were applied
 	applyErr error
 	hairpins map[string]bool // host veths in hairpin mode
 }
@@ -25,6 +26,7 @@ func (f *fakeFirewall) apply(rs *ruleset) error {
 		return f.applyErr
 	}
 	f.applied = rs
+	f.applies++
 	return nil
 }
 

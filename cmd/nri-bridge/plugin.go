@@ -178,6 +178,7 @@ func (p *plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, _ []*a
 		return nil, fmt.Errorf("nri-bridge: synchronize: %w", err)
 	}
 	kept := 0
+	var gone []*allocation
 	for _, alloc := range allocs {
 		if live[alloc.Pod.ID] {
 			kept++
@@ -192,6 +193,13 @@ func (p *plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, _ []*a
 			kept++
 			continue
 		}
+		gone = append(gone, alloc)
+	}
+	// One rebuild of the nftables table for every pod that is gone, not one per pod.
+	if err := a.unpublishHostPorts(podIDs(gone)...); err != nil {
+		log.Errorf(ctx, "nri-bridge: synchronize: removing the hostPorts of the pods that are gone: %v", err)
+	}
+	for _, alloc := range gone {
 		// A failed release keeps the allocation for the next Synchronize: failing here
 		// would disconnect the plugin and leave every pod without status.
 		if err := release(a, alloc); err != nil {
