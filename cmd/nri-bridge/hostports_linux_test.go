@@ -442,28 +442,47 @@ func sctpInit(srcPort, dstPort uint16) []byte {
 	return pkt
 }
 
-// BenchmarkReplaceTable measures what a pod start or stop with hostPorts costs in nftables: the
-// whole table rebuilt in one transaction, here for 100 dual-stack pods with two ports each.
+// manyPods returns settings and n dual-stack pods with two hostPorts each.
+func manyPods(n int) (*settings, []publishedPod) {
+	s := &settings{bridge: "nbb" + strconv.Itoa(os.Getpid()), pools: []pool{
+		{family: "IPv4", subnet: netip.MustParsePrefix("10.99.0.0/16")},
+		{family: "IPv6", subnet: netip.MustParsePrefix("fd00:99::/64")}}}
+	var pods []publishedPod
+	for i := range n {
+		pods = append(pods, publishedPod{pod: podRef{ID: fmt.Sprint("pod-", i)},
+			addrs: []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 99, byte(i >> 8), byte(i)}), 16),
+				netip.PrefixFrom(netip.AddrFrom16([16]byte{0xfd, 0, 0, 0x99, 14: byte(i >> 8), 15: byte(i)}), 64)},
+			ports: []portMapping{{Protocol: protoTCP, HostPort: int32(30000 + i), ContainerPort: 80},
+				{Protocol: protoUDP, HostPort: int32(30000 + i), ContainerPort: 53}}})
+	}
+	return s, pods
+}
+
+// The kernel takes a table from one netlink message: a large one must fit the socket buffers.
+func TestNetnsLargeTable(t *testing.T) {
+	requireRoot(t)
+	s, pods := manyPods(500)
+	t.Cleanup(func() { deleteTable(s.bridge) })
+	rs := buildRuleset(s, pods)
+	if err := replaceTable(rs); err != nil {
+		t.Fatalf("a table for %d pods with hostPorts: %v", len(pods), err)
+	}
+	if err := replaceTable(buildRuleset(s, nil)); err != nil {
+		t.Fatal(err)
+	}
+	wantTable(t, s.bridge, false)
+}
+
 // BenchmarkReplaceTable measures what a pod start or stop with hostPorts costs in nftables: the
 // whole table rebuilt in one transaction, for dual-stack pods with two hostPorts each.
 func BenchmarkReplaceTable(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root (programs nftables)")
 	}
-	s := &settings{bridge: "nbb" + strconv.Itoa(os.Getpid()), pools: []pool{
-		{family: "IPv4", subnet: netip.MustParsePrefix("10.99.0.0/16")},
-		{family: "IPv6", subnet: netip.MustParsePrefix("fd00:99::/64")}}}
-	b.Cleanup(func() { deleteTable(s.bridge) })
 	for _, n := range []int{1, 10, 100} {
 		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
-			var pods []publishedPod
-			for i := range n {
-				pods = append(pods, publishedPod{pod: podRef{ID: fmt.Sprint("pod-", i)},
-					addrs: []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 99, 0, byte(2 + i)}), 16),
-						netip.PrefixFrom(netip.AddrFrom16([16]byte{0xfd, 0, 0, 0x99, 15: byte(2 + i)}), 64)},
-					ports: []portMapping{{Protocol: protoTCP, HostPort: int32(30000 + i), ContainerPort: 80},
-						{Protocol: protoUDP, HostPort: int32(30000 + i), ContainerPort: 53}}})
-			}
+			s, pods := manyPods(n)
+			b.Cleanup(func() { deleteTable(s.bridge) })
 			rs := buildRuleset(s, pods)
 			rules := 0
 			for _, c := range rs.chains {
