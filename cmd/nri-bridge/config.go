@@ -25,6 +25,9 @@ type Config struct {
 	// IPv4 and IPv6 are the pod subnets; at least one is required.
 	IPv4 *SubnetConfig `json:"ipv4,omitempty"`
 	IPv6 *SubnetConfig `json:"ipv6,omitempty"`
+	// Masquerade translates the source of pod traffic leaving the pod subnets to the node's
+	// address, so that pods reach networks that have no route back to them.
+	Masquerade bool `json:"masquerade,omitempty"`
 }
 
 // SubnetConfig is one family's pod subnet.
@@ -52,10 +55,13 @@ type settings struct {
 	mtu      int
 	stateDir string
 	pools    []pool // IPv4 first when both are configured: the first pool gives the primary IP
+	// masquerade: see Config.Masquerade.
+	masquerade bool
 }
 
 func (s *settings) equal(o *settings) bool {
-	return s.bridge == o.bridge && s.mtu == o.mtu && s.stateDir == o.stateDir && slices.Equal(s.pools, o.pools)
+	return s.bridge == o.bridge && s.mtu == o.mtu && s.stateDir == o.stateDir && slices.Equal(s.pools, o.pools) &&
+		s.masquerade == o.masquerade
 }
 
 // pool is one family's subnet with the addresses that pods never get.
@@ -92,7 +98,7 @@ func lastAddr(prefix netip.Prefix) netip.Addr {
 
 // validate checks everything that can be checked without looking at the host.
 func (c Config) validate() (*settings, error) {
-	s := &settings{bridge: c.Bridge, mtu: c.MTU, stateDir: c.StateDir}
+	s := &settings{bridge: c.Bridge, mtu: c.MTU, stateDir: c.StateDir, masquerade: c.Masquerade}
 	if err := validIfName(c.Bridge); err != nil {
 		return nil, fmt.Errorf("bridge: %w", err)
 	}
@@ -226,6 +232,14 @@ func (f *configFlags) register(fs *flag.FlagSet) {
 	str("ipv4-gateway", "IPv4 gateway `address` (default: first address of the subnet)", func(c *Config, v string) { subnet(&c.IPv4).Gateway = v })
 	str("ipv6-subnet", "pod IPv6 `CIDR`", func(c *Config, v string) { subnet(&c.IPv6).Subnet = v })
 	str("ipv6-gateway", "IPv6 gateway `address` (default: first address of the subnet)", func(c *Config, v string) { subnet(&c.IPv6).Gateway = v })
+	fs.BoolFunc("masquerade", "masquerade pod traffic leaving the pod subnets", func(v string) error {
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("not a boolean: %q", v)
+		}
+		f.overrides = append(f.overrides, func(c *Config) { c.Masquerade = on })
+		return nil
+	})
 	fs.Func("mtu", "`MTU` of the bridge and the veths (default "+strconv.Itoa(defaultMTU)+")", func(v string) error {
 		mtu, err := strconv.Atoi(v)
 		if err != nil {

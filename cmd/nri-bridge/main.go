@@ -42,6 +42,7 @@ func main() {
 	idx := fs.String("idx", defaultPluginIdx, "plugin `index` to register with (standalone mode)")
 	debug := fs.Bool("debug", false, "log debug messages")
 	check := fs.Bool("check", false, "validate the configuration (file and flags) against the host, then exit")
+	clean := fs.Bool("cleanup", false, "remove the bridge, nftables table, pod veths and allocation store of the configuration (file and flags), then exit; nri-bridge must not be running")
 	_ = fs.Parse(os.Args[1:])
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "nri-bridge: unexpected arguments %q\n", fs.Args())
@@ -61,6 +62,13 @@ func main() {
 		fmt.Println("nri-bridge: configuration OK")
 		return
 	}
+	if *clean {
+		if err := cleanup(flags, os.Stdout); err != nil {
+			fmt.Fprintf(os.Stderr, "nri-bridge: cleanup: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(ctx, flags, *socket, *name, *idx); err != nil {
 		logrus.Errorf("nri-bridge: %v", err)
 		os.Exit(1)
@@ -74,7 +82,7 @@ func launchedByRuntime() bool {
 }
 
 func newPlugin(flags *configFlags) (*plugin, error) {
-	p := &plugin{flags: flags, newNetwork: newHostNetwork}
+	p := &plugin{flags: flags, newNetwork: newHostNetwork, newFirewall: newNFTFirewall}
 	if flags.file != "" {
 		doc, err := os.ReadFile(flags.file)
 		if err != nil {

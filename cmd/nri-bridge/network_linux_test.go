@@ -47,6 +47,9 @@ func freeNetworkDoc(t *testing.T) (string, *settings) {
 		if link, err := netlink.LinkByName(bridge); err == nil {
 			netlink.LinkDel(link)
 		}
+		if err := deleteTable(bridge); err != nil {
+			t.Errorf("deleting the nftables table of bridge %s: %v", bridge, err)
+		}
 	})
 	for range 20 {
 		r := randomHex(t, 8)
@@ -75,7 +78,7 @@ func freeNetworkDoc(t *testing.T) (string, *settings) {
 func newNetnsPlugin(t *testing.T) (*plugin, *settings) {
 	t.Helper()
 	doc, s := freeNetworkDoc(t)
-	p := &plugin{flags: &configFlags{}, newNetwork: newHostNetwork}
+	p := &plugin{flags: &configFlags{}, newNetwork: newHostNetwork, newFirewall: newNFTFirewall}
 	if err := p.configure([]byte(doc)); err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,8 @@ type plugin struct {
 	startupYAML []byte // the -config file, used when the runtime supplies no configuration
 	// newNetwork checks the settings against the host and returns the network to use.
 	newNetwork func(*settings) (podNetwork, error)
+	// newFirewall returns the packet filter for hostPorts and masquerade.
+	newFirewall func(*settings) firewall
 
 	active      atomic.Pointer[activeConfig]
 	activateMu  sync.Mutex
@@ -39,6 +41,9 @@ type activeConfig struct {
 	settings *settings
 	store    *store
 	net      podNetwork
+	firewall firewall
+	// firewallMu serializes the changes of the hostPorts and of the table built from them.
+	firewallMu sync.Mutex
 }
 
 var log = nrilog.Get()
@@ -88,9 +93,9 @@ func (p *plugin) configure(yamlDoc []byte) error {
 	if err != nil {
 		return err
 	}
-	p.active.Store(&activeConfig{settings: s, store: st, net: network})
-	log.Infof(context.Background(), "nri-bridge: bridge %s, pools %v, MTU %d, state in %s",
-		s.bridge, s.pools, s.mtu, s.stateDir)
+	p.active.Store(&activeConfig{settings: s, store: st, net: network, firewall: p.newFirewall(s)})
+	log.Infof(context.Background(), "nri-bridge: bridge %s, pools %v, MTU %d, masquerade %v, state in %s",
+		s.bridge, s.pools, s.mtu, s.masquerade, s.stateDir)
 	return nil
 }
 
@@ -150,7 +155,8 @@ func (p *plugin) Configure(ctx context.Context, runtimeConfig, runtime, version 
 }
 
 // Synchronize reconciles the store with the pods the runtime has: allocations of pods that are
-// gone, and whose network namespace is gone too, are torn down and released.
+// gone, and whose network namespace is gone too, are torn down and released; the nftables table
+// is rebuilt from what stays.
 func (p *plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, _ []*api.Container) ([]*api.ContainerUpdate, error) {
 	a, err := p.current()
 	if err != nil {
@@ -160,9 +166,11 @@ func (p *plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, _ []*a
 	defer p.lifecycleMu.Unlock()
 
 	live := map[string]bool{}
+	var listed []podWithPorts
 	for _, pod := range pods {
 		if podNetNS(pod) != "" {
 			live[pod.GetId()] = true
+			listed = append(listed, podWithPorts{ref: refOf(pod), ports: portMappingsOf(pod)})
 		}
 	}
 	allocs, err := a.store.list()
@@ -170,6 +178,7 @@ func (p *plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, _ []*a
 		return nil, fmt.Errorf("nri-bridge: synchronize: %w", err)
 	}
 	kept := 0
+	var gone []*allocation
 	for _, alloc := range allocs {
 		if live[alloc.Pod.ID] {
 			kept++
@@ -184,6 +193,13 @@ func (p *plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, _ []*a
 			kept++
 			continue
 		}
+		gone = append(gone, alloc)
+	}
+	// One rebuild of the nftables table for every pod that is gone, not one per pod.
+	if err := a.unpublishHostPorts(podIDs(gone)...); err != nil {
+		log.Errorf(ctx, "nri-bridge: synchronize: removing the hostPorts of the pods that are gone: %v", err)
+	}
+	for _, alloc := range gone {
 		// A failed release keeps the allocation for the next Synchronize: failing here
 		// would disconnect the plugin and leave every pod without status.
 		if err := release(a, alloc); err != nil {
@@ -192,6 +208,7 @@ func (p *plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, _ []*a
 		}
 		log.Infof(ctx, "nri-bridge: released %v of %s: the pod is gone", alloc.Addrs, alloc.Pod)
 	}
+	a.syncHostPorts(ctx, listed)
 	for _, pod := range pods {
 		if live[pod.GetId()] {
 			log.Warnf(ctx, "nri-bridge: %s has a network namespace but no allocation (started while the plugin was not connected?)",
@@ -215,6 +232,10 @@ func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 		log.Debugf(ctx, "nri-bridge: %s has no network namespace (host network), nothing to do", ref)
 		return nil
 	}
+	ports, err := publishedPortsOf(a.settings, portMappingsOf(pod))
+	if err != nil {
+		return fmt.Errorf("nri-bridge: %s: %w", ref, err)
+	}
 	p.lifecycleMu.Lock()
 	defer p.lifecycleMu.Unlock()
 
@@ -222,7 +243,11 @@ func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 	if err != nil {
 		return fmt.Errorf("nri-bridge: %s: %w", ref, err)
 	}
-	if err := a.net.setup(alloc); err != nil {
+	err = a.net.setup(alloc)
+	if err == nil {
+		err = a.publishHostPorts(alloc, ports)
+	}
+	if err != nil {
 		// A failed replay leaves alone what an earlier, successful start set up.
 		if created {
 			if undoErr := release(a, alloc); undoErr != nil {
@@ -231,7 +256,7 @@ func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 		}
 		return fmt.Errorf("nri-bridge: %s: %w", ref, err)
 	}
-	log.Infof(ctx, "nri-bridge: %s: %s %v via %s", ref, podIfName, alloc.Addrs, alloc.HostVeth)
+	log.Infof(ctx, "nri-bridge: %s: %s %v via %s, hostPorts %v", ref, podIfName, alloc.Addrs, alloc.HostVeth, ports)
 	return nil
 }
 
@@ -267,11 +292,15 @@ func (p *plugin) removePod(ctx context.Context, pod *api.PodSandbox) error {
 	return nil
 }
 
-// release tears down the pod's veth, then frees its addresses. The allocation stays when the
-// teardown fails, so that a later stop, remove or synchronize retries it.
+// release tears down the pod's veth and removes its hostPorts, then frees its addresses. The
+// allocation stays when the teardown fails, so that a later stop, remove or synchronize retries
+// it.
 func release(a *activeConfig, alloc *allocation) error {
 	if err := a.net.teardown(alloc); err != nil {
 		return fmt.Errorf("%s: %w", alloc.Pod, err)
+	}
+	if err := a.unpublishHostPorts(alloc.Pod.ID); err != nil {
+		return fmt.Errorf("%s: removing its hostPorts: %w", alloc.Pod, err)
 	}
 	if err := a.store.release(alloc.Pod.ID); err != nil {
 		return fmt.Errorf("%s: %w", alloc.Pod, err)

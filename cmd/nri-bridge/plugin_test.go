@@ -54,6 +54,7 @@ func newTestPlugin(t *testing.T, doc string) (*plugin, *fakeNetwork) {
 		flags:       &configFlags{},
 		startupYAML: []byte(doc),
 		newNetwork:  func(*settings) (podNetwork, error) { return fake, nil },
+		newFirewall: func(*settings) firewall { return &fakeFirewall{hairpins: map[string]bool{}} },
 	}
 	if _, err := p.Configure(context.Background(), "", "test-runtime", "v0"); err != nil {
 		t.Fatal(err)

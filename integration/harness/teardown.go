@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/nftables"
 	"github.com/moby/sys/mountinfo"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -23,8 +24,9 @@ import (
 const cniCacheDir = "/var/lib/cni/results"
 
 // teardown removes everything res names, whatever state the instance is in: processes (the
-// daemon, its shims, the containers in its cgroup parent), mounts under the root, the bridge,
-// the cgroups, CNI cache entries, then the root. It is idempotent.
+// daemon, its shims, the containers in its cgroup parent), mounts under the root, the bridge
+// (and the nftables table of an nri-bridge on it), the cgroups, CNI cache entries, then the
+// root. It is idempotent.
 func teardown(res resources) error {
 	var errs []error
 	errs = append(errs, killInstanceProcesses(res))
@@ -32,6 +34,7 @@ func teardown(res resources) error {
 	unmountErr := unmountUnder(res.Root)
 	errs = append(errs, unmountErr)
 	errs = append(errs, deleteLink(res.Bridge))
+	errs = append(errs, deleteNRIBridgeTable(res.Bridge))
 	errs = append(errs, removeCgroupTree(res.CgroupParent))
 	errs = append(errs, removeCNICache(res.Network))
 	// Never delete through a mount that is still there: it could reach outside the root.
@@ -264,6 +267,25 @@ func deleteLink(name string) error {
 	}
 	if err := netlink.LinkDel(link); err != nil {
 		return fmt.Errorf("delete bridge %s: %w", name, err)
+	}
+	return nil
+}
+
+// deleteNRIBridgeTable deletes the nftables table that an nri-bridge on the instance's bridge
+// keeps for hostPorts and masquerade (cmd/nri-bridge names it nri-bridge-<bridge>).
+func deleteNRIBridgeTable(bridge string) error {
+	if bridge == "" {
+		return nil
+	}
+	conn, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	table := &nftables.Table{Name: "nri-bridge-" + bridge, Family: nftables.TableFamilyINet}
+	conn.AddTable(table) // the deletion cannot fail on a missing table
+	conn.DelTable(table)
+	if err := conn.Flush(); err != nil {
+		return fmt.Errorf("delete nftables table inet %s: %w", table.Name, err)
 	}
 	return nil
 }

@@ -1,0 +1,335 @@
+package main
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/google/nftables/expr"
+)
+
+// The host side of hostPorts and egress is one nftables table of the inet family that belongs
+// to nri-bridge alone: every change replaces its whole content (in one atomic transaction), so
+// the table always says exactly what the store says, whatever happened to it in between.
+//
+// This file builds the table's content from the configuration and the pods (pure, unit-tested);
+// nftables_linux.go turns it into netlink messages and applies it.
+
+// tableName is the nftables table of the nri-bridge instance that owns bridge: one per bridge,
+// so instances on different bridges never touch each other's rules.
+func tableName(bridge string) string {
+	return "nri-bridge-" + bridge
+}
+
+// publishedPod is what the rules need of a pod: its addresses and the ports it publishes.
+type publishedPod struct {
+	pod   podRef
+	addrs []netip.Prefix
+	ports []portMapping
+}
+
+// ruleset is the content of the table, and the host settings it needs.
+type ruleset struct {
+	table  string
+	chains []*chain // in creation order: a chain comes before the chains that jump to it
+	// forward4 and forward6 tell that traffic of the family is forwarded (DNAT to pods, egress
+	// of pods): the family's forwarding must be on.
+	forward4, forward6 bool
+	// routeLocalnet tells that 127.0.0.0/8 is DNATed to pods: the bridge needs route_localnet.
+	routeLocalnet bool
+}
+
+// chain is a chain of the table; hook is nil for a chain that is only jumped to.
+type chain struct {
+	name  string
+	hook  *chainHook
+	rules []rule
+}
+
+type chainHook struct {
+	kind     string // "nat" or "filter"
+	hook     string // "prerouting", "output" or "postrouting"
+	priority int32
+}
+
+// Chain priorities, as nft names them.
+const (
+	priorityRaw    = -300
+	priorityDstNAT = -100
+	prioritySrcNAT = 100
+)
+
+type rule struct {
+	matches []match
+	verdict verdict
+	comment string
+}
+
+// match is one condition of a rule; verdict is what a rule does with a matching packet.
+// Both render as nft prints them and translate to nftables expressions (nftables_linux.go).
+type match interface {
+	String() string
+	exprs() []expr.Any
+}
+
+type verdict interface {
+	String() string
+	exprs() []expr.Any
+}
+
+// nfproto matches the packets of one family (the table is of the inet family).
+type nfproto struct{ is4 bool }
+
+func (m nfproto) String() string {
+	if m.is4 {
+		return "meta nfproto ipv4"
+	}
+	return "meta nfproto ipv6"
+}
+
+// addrMatch matches the packet's source or destination address against a prefix.
+type addrMatch struct {
+	source bool
+	not    bool
+	prefix netip.Prefix
+}
+
+func (m addrMatch) String() string {
+	family, dir, op := "ip6", "daddr", ""
+	if m.prefix.Addr().Is4() {
+		family = "ip"
+	}
+	if m.source {
+		dir = "saddr"
+	}
+	if m.not {
+		op = "!= "
+	}
+	value := m.prefix.String()
+	if m.prefix.IsSingleIP() {
+		value = m.prefix.Addr().String()
+	}
+	return fmt.Sprintf("%s %s %s%s", family, dir, op, value)
+}
+
+// portMatch matches the transport protocol and the destination port.
+type portMatch struct {
+	proto protocol
+	port  uint16
+}
+
+func (m portMatch) String() string {
+	return fmt.Sprintf("%s dport %d", strings.ToLower(string(m.proto)), m.port)
+}
+
+// ifMatch matches the input or output interface by name.
+type ifMatch struct {
+	output bool
+	name   string
+}
+
+func (m ifMatch) String() string {
+	if m.output {
+		return fmt.Sprintf("oifname %q", m.name)
+	}
+	return fmt.Sprintf("iifname %q", m.name)
+}
+
+// localDst matches packets to an address of the node (any interface, loopback included).
+type localDst struct{}
+
+func (localDst) String() string { return "fib daddr type local" }
+
+// ctDNAT matches packets of connections whose destination was translated.
+type ctDNAT struct{}
+
+func (ctDNAT) String() string { return "ct status dnat" }
+
+type jump struct{ chain string }
+
+func (v jump) String() string { return "jump " + v.chain }
+
+type dnat struct{ to netip.AddrPort }
+
+func (v dnat) String() string {
+	family := "ip6"
+	if v.to.Addr().Is4() {
+		family = "ip"
+	}
+	return fmt.Sprintf("dnat %s to %s", family, v.to)
+}
+
+type ret struct{}
+
+func (ret) String() string { return "return" }
+
+type masquerade struct{}
+
+func (masquerade) String() string { return "masquerade" }
+
+type drop struct{}
+
+func (drop) String() string { return "drop" }
+
+// loopback4 is where IPv4 localhost traffic comes from and goes to.
+var loopback4 = netip.MustParsePrefix("127.0.0.0/8")
+
+// loopback6 is IPv6 localhost: IPv6 has no route_localnet, a packet from ::1 never leaves the
+// node, so ::1 is not DNATed (the node's own answer beats a black hole).
+var loopback6 = netip.MustParsePrefix("::1/128")
+
+// Chains of the table.
+const (
+	chainHostPorts   = "hostports"   // DNAT of each published port to its pod
+	chainPrerouting  = "prerouting"  // traffic arriving for a node address (other hosts, pods)
+	chainOutput      = "output"      // traffic of the node itself to its own addresses
+	chainPostrouting = "postrouting" // masquerading
+	chainGuard       = "localnet-guard"
+)
+
+// buildRuleset returns the table content for the configuration and the pods:
+//
+//   - hostports: for each published port and each family of the pod, DNAT of the port on the
+//     host addresses the mapping names to the pod's address and container port. prerouting
+//     (other hosts, pods) and output (the node itself, but not to ::1) jump there for packets to
+//     a node address.
+//   - postrouting: masquerade of the DNATed connections that would otherwise fail: those from a
+//     pod of the bridge (hairpin: a pod reaching itself or another pod through a hostPort; the
+//     reply would bypass the host's NAT), and IPv4 localhost (127.0.0.1 cannot leave the host),
+//     with the egress masquerade when configured.
+//   - localnet-guard: localhost DNAT needs route_localnet on the bridge, which would also let
+//     pods reach the node's 127.0.0.0/8 services; packets from the bridge to 127.0.0.0/8 are
+//     dropped before conntrack (replies to a localhost client arrive with the gateway address).
+//
+// An empty ruleset (no published port, no masquerade) means no table at all.
+func buildRuleset(s *settings, pods []publishedPod) *ruleset {
+	rs := &ruleset{table: tableName(s.bridge)}
+	subnetOf := func(addr netip.Addr) netip.Prefix {
+		for _, p := range s.pools {
+			if p.subnet.Contains(addr) {
+				return p.subnet
+			}
+		}
+		return netip.PrefixFrom(addr, addr.BitLen())
+	}
+	bridgeOut := ifMatch{output: true, name: s.bridge}
+
+	var dnats, hairpins []rule
+	var dnat4, dnat6 bool
+	pods = slices.Clone(pods)
+	slices.SortFunc(pods, func(a, b publishedPod) int { return strings.Compare(a.pod.ID, b.pod.ID) })
+	for _, pod := range pods {
+		comment := ruleComment(pod.pod)
+		for _, m := range pod.ports {
+			for _, addr := range pod.addrs {
+				podAddr := addr.Addr()
+				if !m.publishesFamily(podAddr.Is4()) {
+					continue
+				}
+				family := nfproto{is4: podAddr.Is4()}
+				matches := []match{family}
+				if host := m.hostAddr(); host.IsValid() {
+					matches = append(matches, addrMatch{prefix: netip.PrefixFrom(host, host.BitLen())})
+				}
+				matches = append(matches, portMatch{m.Protocol, uint16(m.HostPort)})
+				to := netip.AddrPortFrom(podAddr, uint16(m.ContainerPort))
+				dnats = append(dnats, rule{matches: matches, verdict: dnat{to}, comment: comment})
+				hairpins = append(hairpins, rule{matches: []match{family, bridgeOut,
+					addrMatch{source: true, prefix: subnetOf(podAddr)},
+					addrMatch{prefix: netip.PrefixFrom(podAddr, podAddr.BitLen())},
+					portMatch{m.Protocol, uint16(m.ContainerPort)}, ctDNAT{},
+				}, verdict: masquerade{}, comment: comment})
+				if podAddr.Is4() {
+					dnat4 = true
+				} else {
+					dnat6 = true
+				}
+			}
+		}
+	}
+
+	rs.forward4, rs.forward6, rs.routeLocalnet = dnat4, dnat6, dnat4
+	postrouting := hairpins
+	if dnat4 {
+		postrouting = append(postrouting, rule{matches: []match{nfproto{is4: true}, bridgeOut,
+			addrMatch{source: true, prefix: loopback4}}, verdict: masquerade{}, comment: "localhost to hostPorts"})
+	}
+	if s.masquerade {
+		for _, p := range s.pools {
+			is4 := p.subnet.Addr().Is4()
+			postrouting = append(postrouting, rule{matches: []match{nfproto{is4: is4},
+				addrMatch{source: true, prefix: p.subnet}, addrMatch{not: true, prefix: p.subnet}},
+				verdict: masquerade{}, comment: "pods to outside the pod subnet"})
+			if is4 {
+				rs.forward4 = true
+			} else {
+				rs.forward6 = true
+			}
+		}
+	}
+
+	if len(dnats) > 0 {
+		toHostPorts := rule{matches: []match{localDst{}}, verdict: jump{chainHostPorts}}
+		output := []rule{toHostPorts}
+		if dnat6 {
+			output = []rule{{matches: []match{nfproto{is4: false}, addrMatch{prefix: loopback6}}, verdict: ret{}}, toHostPorts}
+		}
+		rs.chains = append(rs.chains,
+			&chain{name: chainHostPorts, rules: dnats},
+			&chain{name: chainPrerouting, hook: &chainHook{"nat", "prerouting", priorityDstNAT}, rules: []rule{toHostPorts}},
+			&chain{name: chainOutput, hook: &chainHook{"nat", "output", priorityDstNAT}, rules: output})
+	}
+	if len(postrouting) > 0 {
+		rs.chains = append(rs.chains, &chain{name: chainPostrouting, hook: &chainHook{"nat", "postrouting", prioritySrcNAT}, rules: postrouting})
+	}
+	if dnat4 {
+		rs.chains = append(rs.chains, &chain{name: chainGuard, hook: &chainHook{"filter", "prerouting", priorityRaw},
+			rules: []rule{{matches: []match{nfproto{is4: true}, ifMatch{name: s.bridge}, addrMatch{prefix: loopback4}},
+				verdict: drop{}, comment: "pods must not reach the node's localhost (route_localnet)"}}})
+	}
+	return rs
+}
+
+// maxCommentLen is nft's limit on rule comments.
+const maxCommentLen = 128
+
+// ruleComment names the pod a rule is for, for whoever lists the table.
+func ruleComment(pod podRef) string {
+	comment := fmt.Sprintf("%s/%s %s", pod.Namespace, pod.Name, pod.ID)
+	if len(comment) > maxCommentLen {
+		comment = comment[:maxCommentLen]
+	}
+	return comment
+}
+
+// String renders the ruleset the way `nft list table` shows it (with the family of each
+// rule spelled out).
+func (rs *ruleset) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "table inet %s {\n", rs.table)
+	for _, c := range rs.chains {
+		fmt.Fprintf(&b, "\tchain %s {\n", c.name)
+		if c.hook != nil {
+			fmt.Fprintf(&b, "\t\ttype %s hook %s priority %d; policy accept;\n", c.hook.kind, c.hook.hook, c.hook.priority)
+		}
+		for _, r := range c.rules {
+			fmt.Fprintf(&b, "\t\t%s\n", r)
+		}
+		b.WriteString("\t}\n")
+	}
+	b.WriteString("}\n")
+	return b.String()
+}
+
+func (r rule) String() string {
+	parts := make([]string, 0, len(r.matches)+2)
+	for _, m := range r.matches {
+		parts = append(parts, m.String())
+	}
+	parts = append(parts, r.verdict.String())
+	if r.comment != "" {
+		parts = append(parts, fmt.Sprintf("comment %q", r.comment))
+	}
+	return strings.Join(parts, " ")
+}
