@@ -31,7 +31,7 @@ import (
 )
 
 // cniDisabled is the demo daemon's configuration on top of the harness's.
-const cniDisabled = "[plugins.'io.containerd.cri.v1.runtime'.cni]\ndisable_cni = true\n"
+const cniDisabled = "[plugins.'io.containerd.cri.v1.runtime'.cni]\ndisable_cni = true\nnetwork_plugin = \"bridge\"\n"
 
 func main() {
 	root := flag.String("root", filepath.Join("build", "demo"), "directory for the demo's containerd (created, then removed)")
