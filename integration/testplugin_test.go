@@ -145,39 +145,47 @@ func startTestPlugin(t *testing.T, ctx context.Context, h *harness.Harness, idx,
 // start runs the plugin's process (again) and waits until NRI has synchronized it.
 func (p *testPlugin) start(t *testing.T, ctx context.Context) {
 	t.Helper()
-	connected := p.connections(t)
+	connected := nriConnections(t, p.h, p.nriName())
 	process, err := p.h.StartProcess("plugin-"+p.nriName(), testPluginPath(t),
 		"-socket", p.h.NRISocket, "-name", p.name, "-idx", p.idx, "-dir", p.dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.process = process
-	deadline := time.Now().Add(30 * time.Second)
-	for p.connections(t) == connected {
-		if exited, err := process.Exited(); exited {
-			t.Fatalf("NRI plugin %s exited before it was synchronized (%v): %s", p.nriName(), err, p.log())
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("NRI plugin %s not synchronized after 30s: %s\n%s", p.nriName(), p.log(), p.h.LogTail(20))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitSynchronized(t, ctx, p.h, process, p.nriName(), connected)
 }
 
-// connections counts the lines in which containerd logs that NRI synchronized the plugin.
-func (p *testPlugin) connections(t *testing.T) int {
+// nriConnections counts the lines in which containerd logs that NRI synchronized the plugin
+// named nriName.
+func nriConnections(t *testing.T, h *harness.Harness, nriName string) int {
 	t.Helper()
-	data, err := os.ReadFile(p.h.LogPath)
+	data, err := os.ReadFile(h.LogPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := 0
 	for line := range strings.SplitSeq(string(data), "\n") {
-		if strings.Contains(line, "connected and synchronized") && strings.Contains(line, p.nriName()) {
+		if strings.Contains(line, "connected and synchronized") && strings.Contains(line, nriName) {
 			n++
 		}
 	}
 	return n
+}
+
+// waitSynchronized waits up to 30 s until NRI has synchronized the plugin nriName, which process
+// runs, more often than the connected times it had before.
+func waitSynchronized(t *testing.T, ctx context.Context, h *harness.Harness, process *harness.Process, nriName string, connected int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for nriConnections(t, h, nriName) == connected {
+		if exited, err := process.Exited(); exited {
+			t.Fatalf("NRI plugin %s exited before it was synchronized (%v): %s", nriName, err, processLog(process))
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("NRI plugin %s not synchronized after 30s: %s\n%s", nriName, processLog(process), h.LogTail(20))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // kill SIGKILLs the plugin's process, as a crash would.
@@ -251,10 +259,11 @@ func (p *testPlugin) waitCalls(t *testing.T, podID string, n int) {
 	}
 }
 
-func (p *testPlugin) log() string {
-	data, err := os.ReadFile(p.process.LogPath)
+// processLog returns the output of a helper process, headed by its name.
+func processLog(process *harness.Process) string {
+	data, err := os.ReadFile(process.LogPath)
 	if err != nil {
-		return fmt.Sprintf("(no log: %v)", err)
+		return fmt.Sprintf("(no log of %s: %v)", process.Name, err)
 	}
-	return "log of " + p.nriName() + ":\n" + string(data)
+	return "log of " + process.Name + ":\n" + string(data)
 }
