@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -119,6 +120,9 @@ const (
 	behaveExit  = "exit"
 )
 
+// behaveSlow is the behaviour of a plugin that answers after d, whatever the request's deadline.
+func behaveSlow(d time.Duration) string { return "slow " + d.String() }
+
 // testPlugin is one test plugin connected to a harness's NRI socket, as a separate process.
 type testPlugin struct {
 	h       *harness.Harness
@@ -167,13 +171,26 @@ func (p *testPlugin) start(t *testing.T, ctx context.Context) {
 // connections counts the lines in which containerd logs that NRI synchronized the plugin.
 func (p *testPlugin) connections(t *testing.T) int {
 	t.Helper()
-	data, err := os.ReadFile(p.h.LogPath)
+	return nriConnections(t, p.h, p.nriName())
+}
+
+// nriConnections counts the lines in which containerd logs that NRI synchronized the plugin
+// named nriName ("<idx>-<name>").
+func nriConnections(t *testing.T, h *harness.Harness, nriName string) int {
+	t.Helper()
+	return logLines(t, h, "plugin \\\""+nriName+"\\\" connected and synchronized")
+}
+
+// logLines counts the lines of the daemon log that contain every one of parts.
+func logLines(t *testing.T, h *harness.Harness, parts ...string) int {
+	t.Helper()
+	data, err := os.ReadFile(h.LogPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := 0
 	for line := range strings.SplitSeq(string(data), "\n") {
-		if strings.Contains(line, "connected and synchronized") && strings.Contains(line, p.nriName()) {
+		if !slices.ContainsFunc(parts, func(part string) bool { return !strings.Contains(line, part) }) {
 			n++
 		}
 	}
@@ -249,6 +266,23 @@ func (p *testPlugin) waitCalls(t *testing.T, podID string, n int) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// podEvents returns the pod lifecycle events (RunPodSandbox, StopPodSandbox, RemovePodSandbox)
+// the plugin received for pod sandbox podID, in order, across restarts of the plugin.
+func (p *testPlugin) podEvents(t *testing.T, podID string) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(p.dir, "events"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	var events []string
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if fields := strings.Fields(line); len(fields) >= 2 && fields[1] == podID {
+			events = append(events, fields[0])
+		}
+	}
+	return events
 }
 
 func (p *testPlugin) log() string {
