@@ -517,7 +517,7 @@ func TestCNILessHostNetworkPodUnaffected(t *testing.T) {
 
 // With CNI enabled (the default), pods still get their network from CNI alone: the recording
 // wrappers prove the CNI plugins run (and that the proof used above works), and nri-bridge's
-// absence changes nothing.
+// absence changes nothing, verbose status included (no NRI provenance without NRI plugins).
 func TestCNIEnabledUnchanged(t *testing.T) {
 	t.Parallel()
 	binDir, invocations := recordingCNIBinDir(t)
@@ -526,12 +526,18 @@ func TestCNIEnabledUnchanged(t *testing.T) {
 		t.Errorf("with CNI: NetworkReady false (%s: %s)", cond.Reason, cond.Message)
 	}
 	id := runPod(t, ctx, h, h.PodConfig("cni"))
-	status, network := verbosePodStatus(t, ctx, h, id)
-	ip := status.GetNetwork().GetIp()
+	resp, err := h.Runtime.PodSandboxStatus(ctx, &criruntime.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := resp.Status.GetNetwork().GetIp()
 	if parsed := net.ParseIP(ip); parsed == nil || !h.Subnet.Contains(parsed) {
 		t.Fatalf("pod %s reports %q, want an address of the CNI subnet %s", id, ip, h.Subnet)
 	}
-	wantIPs(t, id, status, network, cniSourced(ip))
+	if ips := statusIPs(resp.Status); len(ips) != 1 || ips[0] != cniIPOf(t, h, id) {
+		t.Errorf("pod %s reports IPs %v, want only the one host-local allocated", id, ips)
+	}
+	wantNoPodNetworkInfo(t, id, resp.Info)
 	if err := h.RemovePod(ctx, id); err != nil {
 		t.Fatal(err)
 	}
