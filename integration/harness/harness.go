@@ -70,7 +70,8 @@ type Options struct {
 	// CNIBinDir holds the CNI plugins (bridge, host-local, loopback). Default: /usr/lib/cni.
 	CNIBinDir string
 	// CNIDualStack gives the instance's CNI network an IPv6 /64 (Harness.Subnet6) next to its
-	// IPv4 /24: pods get an address of each, IPv4 first.
+	// IPv4 /24: pods get an address of each, IPv4 first. The CNI bridge plugin then turns the
+	// host's IPv6 forwarding on (net.ipv6.conf.all.forwarding), as it does IPv4's for any instance.
 	CNIDualStack bool
 	// NRIRequestTimeout is NRI's plugin_request_timeout. Default: 2s.
 	NRIRequestTimeout time.Duration
