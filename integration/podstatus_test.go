@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -112,16 +112,19 @@ func wantIPs(t *testing.T, id string, status *criruntime.PodSandboxStatus, netwo
 	}
 }
 
-// cniIPOf returns the IP host-local allocated to pod id, independently of what CRI reports.
-func cniIPOf(t *testing.T, h *harness.Harness, id string) string {
+// cniIPsOf returns the IPs host-local allocated to pod id, independently of what CRI reports,
+// IPv4 first.
+func cniIPsOf(t *testing.T, h *harness.Harness, id string) []string {
 	t.Helper()
 	dir := filepath.Join(h.IPAMDataDir, h.Network)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var ips []netip.Addr
 	for _, e := range entries {
-		if net.ParseIP(e.Name()) == nil {
+		ip, err := netip.ParseAddr(e.Name())
+		if err != nil {
 			continue
 		}
 		owner, err := os.ReadFile(filepath.Join(dir, e.Name()))
@@ -129,11 +132,25 @@ func cniIPOf(t *testing.T, h *harness.Harness, id string) string {
 			t.Fatal(err)
 		}
 		if strings.HasPrefix(string(owner), id) {
-			return e.Name()
+			ips = append(ips, ip)
 		}
 	}
-	t.Fatalf("host-local allocated no IP to pod %s in %s", id, dir)
-	return ""
+	slices.SortFunc(ips, netip.Addr.Compare)
+	var sorted []string
+	for _, ip := range ips {
+		sorted = append(sorted, ip.String())
+	}
+	return sorted
+}
+
+// cniIPOf returns the one IP host-local allocated to pod id.
+func cniIPOf(t *testing.T, h *harness.Harness, id string) string {
+	t.Helper()
+	ips := cniIPsOf(t, h, id)
+	if len(ips) != 1 {
+		t.Fatalf("host-local allocated %v to pod %s, want one IP", ips, id)
+	}
+	return ips[0]
 }
 
 // podStatusError returns the error of pod id's CRI status, failing the test if there is none.
@@ -735,5 +752,119 @@ func TestPodStatusPluginCalls(t *testing.T) {
 	}
 	if calls := plugin.calls(t, id); calls != asked+1 {
 		t.Errorf("%d concurrent status queries for pod %s asked the plugin %d times, want once", burst, id, calls-asked)
+	}
+}
+
+// kubeletPodIPs is the kubelet's pick of a pod's IPs from a CRI status's [ip, additional...]
+// (sortPodIPs, kubernetes pkg/kubelet/kubelet_pods.go): the first IP of the node's family, then
+// the first IP of the other family. Every other IP is dropped.
+func kubeletPodIPs(ips []string, nodeIPv6 bool) []string {
+	var picked []string
+	for _, family6 := range []bool{nodeIPv6, !nodeIPv6} {
+		if i := slices.IndexFunc(ips, func(ip string) bool { return netip.MustParseAddr(ip).Is6() == family6 }); i >= 0 {
+			picked = append(picked, ips[i])
+		}
+	}
+	return picked
+}
+
+// S6, C3: CNI gives the pod an IPv4 and an IPv6 address, and an NRI plugin adds the pod's
+// addresses on a secondary network: the kubelet's pick takes CNI's addresses, the network of the
+// primary IP, in both families, whatever the node's family.
+func TestPodStatusKubeletPicksThePrimaryNetwork(t *testing.T) {
+	t.Parallel()
+	h, ctx := startHarness(t, harness.Options{CNIDualStack: true})
+	plugin := startTestPlugin(t, ctx, h, "10", "secondary")
+	id := runPod(t, ctx, h, annotatedPodConfig(h, "dual", map[string]string{annotationAdditionalIPs: "fd99::7,192.0.2.7"}))
+	cni := cniIPsOf(t, h, id)
+	if len(cni) != 2 {
+		t.Fatalf("host-local allocated %v to pod %s, want an IPv4 and an IPv6 address", cni, id)
+	}
+	cni4, cni6 := cni[0], cni[1]
+	inSubnet(t, cni4, h.Subnet.String())
+	inSubnet(t, cni6, h.Subnet6.String())
+
+	status, network := verbosePodStatus(t, ctx, h, id)
+	wantIPs(t, id, status, network, cniSourced(cni4), cniSourced(cni6), liveFrom(plugin, "fd99::7"), liveFrom(plugin, "192.0.2.7"))
+	for _, node := range []struct {
+		ipv6 bool
+		want []string
+	}{{false, []string{cni4, cni6}}, {true, []string{cni6, cni4}}} {
+		if got := kubeletPodIPs(statusIPs(status), node.ipv6); !slices.Equal(got, node.want) {
+			t.Errorf("pod %s reports %v: on a node of IPv6 %v the kubelet picks %v, want CNI's %v", id, statusIPs(status), node.ipv6, got, node.want)
+		}
+	}
+}
+
+// C2, C5: a READY pod with no IP anywhere (its only NRI plugin answered that it owns none) gets
+// upstream's response, byte for byte: while the plugin answers live, once it is gone and its
+// last known (empty) answer stands in, and with NRI disabled. So does its verbose response,
+// except that knext adds the podNetwork entry, with no IP, where NRI plugins have a say in the
+// pod's IPs, and only there.
+func TestPodStatusWithoutIPIsUpstreams(t *testing.T) {
+	t.Parallel()
+	upstream := upstreamContainerd(t)
+	n := startCNILessNode(t, func(*harness.Harness) []string { return nil })
+	h, ctx := n.h, n.ctx
+	plugin := startTestPlugin(t, ctx, h, "10", "net")
+	id := runPod(t, ctx, h, annotatedPodConfig(h, "no-ip", map[string]string{annotationIP: "192.0.2.170"}))
+	plugin.behave(t, "no-ip", behaveEmpty)
+
+	type answer struct {
+		by             string
+		nriHasSay      bool
+		plain, verbose *criruntime.PodSandboxStatusResponse
+	}
+	var answers []answer
+	ask := func(by string, nriHasSay bool) {
+		plain, verbose := statusResponses(t, ctx, h, id)
+		answers = append(answers, answer{by, nriHasSay, plain, verbose})
+	}
+	ask("knext, the plugin answering that it owns no IP", true)
+	if err := plugin.process.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for logLines(t, h, `connection to plugin \"`+plugin.nriName()+`\" closed`) == 0 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	ask("knext, the plugin gone and its last known answer standing in", true)
+	if err := h.Reconfigure(cniDisabled+"[plugins.'io.containerd.nri.v1.nri']\ndisable = true\n", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ask("knext with NRI disabled", false)
+	if err := h.RestartBinary(ctx, upstream); err != nil {
+		t.Fatal(err)
+	}
+	wantUpstream(t, ctx, h, true)
+	upstreamPlain, upstreamVerbose := statusResponses(t, ctx, h, id)
+	if s := upstreamPlain.Status; s.GetState() != criruntime.PodSandboxState_SANDBOX_READY || len(statusIPs(s)) != 0 || len(upstreamVerbose.Info) == 0 {
+		t.Fatalf("upstream reports pod %s %s with IPs %v and verbose info %v, want READY without IP: the comparison proves nothing",
+			id, s.GetState(), statusIPs(s), upstreamVerbose.Info)
+	}
+	// knext removes the pod: upstream would run CNI DEL for it.
+	if err := h.Reconfigure(cniDisabled, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, a := range answers {
+		wantSameBytes(t, "status of pod "+id+" by "+a.by, a.plain, upstreamPlain)
+		if !a.nriHasSay {
+			wantNoPodNetworkInfo(t, id, a.verbose.Info)
+			wantSameBytes(t, "verbose status of pod "+id+" by "+a.by, a.verbose, upstreamVerbose)
+			continue
+		}
+		network := parsePodNetworkInfo(t, id, a.verbose.Info)
+		if len(network.IPs) != 0 || len(network.NRINoAnswer) != 0 {
+			t.Errorf("pod %s by %s shows %+v, want no IP and every plugin answered", id, a.by, network)
+		}
+		withoutPodNetwork := proto.Clone(a.verbose).(*criruntime.PodSandboxStatusResponse)
+		delete(withoutPodNetwork.Info, podNetworkInfoKey)
+		wantSameBytes(t, "verbose status of pod "+id+" by "+a.by+", its podNetwork entry left out", withoutPodNetwork, upstreamVerbose)
 	}
 }
