@@ -175,10 +175,12 @@ func (p *testPlugin) connections(t *testing.T) int {
 }
 
 // nriConnections counts the lines in which containerd logs that NRI synchronized the plugin
-// named nriName ("<idx>-<name>").
+// named nriName ("<idx>-<name>"), connected to the socket or pre-installed.
 func nriConnections(t *testing.T, h *harness.Harness, nriName string) int {
 	t.Helper()
-	return logLines(t, h, "plugin \\\""+nriName+"\\\" connected and synchronized")
+	quoted := `\"` + nriName + `\"`
+	return logLines(t, h, "plugin "+quoted+" connected and synchronized") +
+		logLines(t, h, "pre-installed NRI plugin "+quoted+" synchronization success")
 }
 
 // logLines counts the lines of the daemon log that contain every one of parts.
@@ -263,6 +265,18 @@ func (p *testPlugin) waitCalls(t *testing.T, podID string, n int) {
 	for p.calls(t, podID) < n {
 		if time.Now().After(deadline) {
 			t.Fatalf("NRI plugin %s got %d requests for pod %s after 30s, want %d", p.nriName(), p.calls(t, podID), podID, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitLogLine waits up to 30 s for a line of the daemon log that contains every one of parts.
+func waitLogLine(t *testing.T, h *harness.Harness, parts ...string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for logLines(t, h, parts...) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("containerd logged no line with %q after 30s", parts)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
