@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -37,19 +38,20 @@ func (n *cniLessNode) wantNoIPFailure(t *testing.T, err error, livePods int, par
 	}
 	id := match[1]
 
+	var leftovers []string
 	pods, err := n.h.Runtime.ListPodSandbox(n.ctx, &criruntime.ListPodSandboxRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(pods.Items) != livePods {
-		t.Errorf("after the failed start of pod sandbox %s, CRI lists %d pods, want %d: %v", id, len(pods.Items), livePods, pods.Items)
+		leftovers = append(leftovers, fmt.Sprintf("CRI lists %d pods, want %d: %v", len(pods.Items), livePods, pods.Items))
 	}
 	out, err := n.h.Crictl(n.ctx, "pods", "-q")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(string(out), id) {
-		t.Errorf("crictl pods lists the failed pod sandbox %s:\n%s", id, out)
+		leftovers = append(leftovers, "crictl pods lists it")
 	}
 	for _, args := range [][]string{{"sandboxes", "ls"}, {"containers", "ls", "-q"}} {
 		out, err := n.h.Ctr(n.ctx, args...)
@@ -57,16 +59,20 @@ func (n *cniLessNode) wantNoIPFailure(t *testing.T, err error, livePods int, par
 			t.Fatal(err)
 		}
 		if strings.Contains(string(out), id) {
-			t.Errorf("ctr %s lists the failed pod sandbox %s:\n%s", strings.Join(args, " "), id, out)
+			leftovers = append(leftovers, "ctr "+strings.Join(args, " ")+" lists it")
 		}
 	}
 	if netns := netnsCount(t, n.h); netns != livePods {
-		t.Errorf("after the failed start of pod sandbox %s, %d network namespaces, want %d", id, netns, livePods)
+		leftovers = append(leftovers, fmt.Sprintf("%d network namespaces, want %d", netns, livePods))
 	}
 	for _, dir := range []string{"root", "state"} {
 		if _, err := os.Stat(filepath.Join(n.h.Root, dir, "io.containerd.grpc.v1.cri", "sandboxes", id)); !os.IsNotExist(err) {
-			t.Errorf("the failed pod sandbox %s left its directory in containerd's %s (err %v)", id, dir, err)
+			leftovers = append(leftovers, fmt.Sprintf("its directory in containerd's %s is there (err %v)", dir, err))
 		}
+	}
+	if len(leftovers) > 0 {
+		t.Errorf("the failed pod sandbox %s left something behind: %s\ncontainerd's rollback of it: %q",
+			id, strings.Join(leftovers, "; "), logLinesWith(t, n.h, "cleaning up failed sandbox", id))
 	}
 	return id
 }

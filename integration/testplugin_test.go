@@ -186,17 +186,23 @@ func nriConnections(t *testing.T, h *harness.Harness, nriName string) int {
 // logLines counts the lines of the daemon log that contain every one of parts.
 func logLines(t *testing.T, h *harness.Harness, parts ...string) int {
 	t.Helper()
+	return len(logLinesWith(t, h, parts...))
+}
+
+// logLinesWith returns the lines of the daemon log that contain every one of parts.
+func logLinesWith(t *testing.T, h *harness.Harness, parts ...string) []string {
+	t.Helper()
 	data, err := os.ReadFile(h.LogPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	var lines []string
 	for line := range strings.SplitSeq(string(data), "\n") {
 		if !slices.ContainsFunc(parts, func(part string) bool { return !strings.Contains(line, part) }) {
-			n++
+			lines = append(lines, line)
 		}
 	}
-	return n
+	return lines
 }
 
 // kill SIGKILLs the plugin's process, as a crash would.
