@@ -72,7 +72,7 @@ func (n *cniLessNode) wantNoIPFailure(t *testing.T, err error, livePods int, par
 	}
 	if len(leftovers) > 0 {
 		t.Errorf("the failed pod sandbox %s left something behind: %s\ncontainerd's rollback of it: %q",
-			id, strings.Join(leftovers, "; "), logLinesWith(t, n.h, "cleaning up failed sandbox", id))
+			id, strings.Join(leftovers, "; "), logLines(t, n.h.LogPath, "cleaning up failed sandbox", id))
 	}
 	return id
 }

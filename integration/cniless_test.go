@@ -207,17 +207,17 @@ func execIn(t *testing.T, ctx context.Context, h *harness.Harness, id string, cm
 	return string(resp.Stdout)
 }
 
-// netnsAddrs returns the global addresses of eth0 as the pod's container sees them.
-func netnsAddrs(t *testing.T, ctx context.Context, h *harness.Harness, containerID string) []string {
+// netnsAddrs returns the global addresses of interface dev as the pod's container sees them.
+func netnsAddrs(t *testing.T, ctx context.Context, h *harness.Harness, containerID, dev string) []string {
 	t.Helper()
 	var addrs []string
-	for line := range strings.SplitSeq(execIn(t, ctx, h, containerID, "ip", "-o", "addr", "show", "dev", "eth0"), "\n") {
+	for line := range strings.SplitSeq(execIn(t, ctx, h, containerID, "ip", "-o", "addr", "show", "dev", dev), "\n") {
 		fields := strings.Fields(line)
 		for i, f := range fields {
 			if (f == "inet" || f == "inet6") && i+1 < len(fields) && strings.Contains(line, "scope global") {
 				prefix, err := netip.ParsePrefix(fields[i+1])
 				if err != nil {
-					t.Fatalf("container %s: eth0 address %q: %v", containerID, fields[i+1], err)
+					t.Fatalf("container %s: %s address %q: %v", containerID, dev, fields[i+1], err)
 				}
 				addrs = append(addrs, prefix.Addr().String())
 			}
@@ -249,7 +249,7 @@ func (n *cniLessNode) wantBridgeIPs(t *testing.T, pod bridgePod, nriState string
 		want = append(want, reportedIP{IP: ip, Source: "nri:" + nriBridgeName, NRI: nriState})
 	}
 	wantIPs(t, pod.id, status, network, want...)
-	if got := netnsAddrs(t, n.ctx, n.h, pod.container); !slices.Equal(sortedCopy(got), sortedCopy(ips)) {
+	if got := netnsAddrs(t, n.ctx, n.h, pod.container, "eth0"); !slices.Equal(sortedCopy(got), sortedCopy(ips)) {
 		t.Errorf("pod %s: eth0 has %v, CRI reports %v", pod.id, got, ips)
 	}
 }

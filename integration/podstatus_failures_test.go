@@ -307,7 +307,7 @@ func TestPodStatusOwnerTimesOutTwice(t *testing.T) {
 		"plugin " + owner.nriName() + " did not answer PodSandboxStatus within " + requestTimeout.String(),
 		"plugin " + owner.nriName() + " answers PodSandboxStatus again",
 	} {
-		if n := logLines(t, h, line); n != 1 {
+		if n := logCount(t, h, line); n != 1 {
 			t.Errorf("containerd logged %q %d times, want once", line, n)
 		}
 	}

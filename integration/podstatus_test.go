@@ -544,7 +544,7 @@ func wantStillConnected(t *testing.T, h *harness.Harness, plugin string, process
 		}
 	}
 	for _, line := range []string{"closing plugin " + plugin, `connection to plugin \"` + plugin + `\" closed`} {
-		if n := logLines(t, h, line); n != 0 {
+		if n := logCount(t, h, line); n != 0 {
 			t.Errorf("containerd logged %q %d times: NRI lost plugin %s", line, n, plugin)
 		}
 	}
@@ -646,7 +646,7 @@ func TestPodStatusHangingPlugin(t *testing.T) {
 		"plugin " + plugin.nriName() + " did not answer PodSandboxStatus within " + requestTimeout.String(),
 		"plugin " + plugin.nriName() + " answers PodSandboxStatus again",
 	} {
-		if n := logLines(t, h, line); n != 1 {
+		if n := logCount(t, h, line); n != 1 {
 			t.Errorf("containerd logged %q %d times, want once", line, n)
 		}
 	}

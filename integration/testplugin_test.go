@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -149,23 +148,14 @@ func startTestPlugin(t *testing.T, ctx context.Context, h *harness.Harness, idx,
 // start runs the plugin's process (again) and waits until NRI has synchronized it.
 func (p *testPlugin) start(t *testing.T, ctx context.Context) {
 	t.Helper()
-	connected := p.connections(t)
+	connected := nriConnections(t, p.h, p.nriName())
 	process, err := p.h.StartProcess("plugin-"+p.nriName(), testPluginPath(t),
 		"-socket", p.h.NRISocket, "-name", p.name, "-idx", p.idx, "-dir", p.dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.process = process
-	deadline := time.Now().Add(30 * time.Second)
-	for p.connections(t) == connected {
-		if exited, err := process.Exited(); exited {
-			t.Fatalf("NRI plugin %s exited before it was synchronized (%v): %s", p.nriName(), err, p.log())
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("NRI plugin %s not synchronized after 30s: %s\n%s", p.nriName(), p.log(), p.h.LogTail(20))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitSynchronized(t, ctx, p.h, process, p.nriName(), connected)
 }
 
 // connections counts the lines in which containerd logs that NRI synchronized the plugin.
@@ -179,30 +169,30 @@ func (p *testPlugin) connections(t *testing.T) int {
 func nriConnections(t *testing.T, h *harness.Harness, nriName string) int {
 	t.Helper()
 	quoted := `\"` + nriName + `\"`
-	return logLines(t, h, "plugin "+quoted+" connected and synchronized") +
-		logLines(t, h, "pre-installed NRI plugin "+quoted+" synchronization success")
+	return logCount(t, h, "plugin "+quoted+" connected and synchronized") +
+		logCount(t, h, "pre-installed NRI plugin "+quoted+" synchronization success")
 }
 
-// logLines counts the lines of the daemon log that contain every one of parts.
-func logLines(t *testing.T, h *harness.Harness, parts ...string) int {
+// logCount counts the lines of the daemon log that contain every one of parts.
+func logCount(t *testing.T, h *harness.Harness, parts ...string) int {
 	t.Helper()
-	return len(logLinesWith(t, h, parts...))
+	return len(logLines(t, h.LogPath, parts...))
 }
 
-// logLinesWith returns the lines of the daemon log that contain every one of parts.
-func logLinesWith(t *testing.T, h *harness.Harness, parts ...string) []string {
+// waitSynchronized waits up to 30 s until NRI has synchronized the plugin nriName, which process
+// runs, more often than the connected times it had before.
+func waitSynchronized(t *testing.T, ctx context.Context, h *harness.Harness, process *harness.Process, nriName string, connected int) {
 	t.Helper()
-	data, err := os.ReadFile(h.LogPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var lines []string
-	for line := range strings.SplitSeq(string(data), "\n") {
-		if !slices.ContainsFunc(parts, func(part string) bool { return !strings.Contains(line, part) }) {
-			lines = append(lines, line)
+	deadline := time.Now().Add(30 * time.Second)
+	for nriConnections(t, h, nriName) == connected {
+		if exited, err := process.Exited(); exited {
+			t.Fatalf("NRI plugin %s exited before it was synchronized (%v): %s", nriName, err, processLog(process))
 		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("NRI plugin %s not synchronized after 30s: %s\n%s", nriName, processLog(process), h.LogTail(20))
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	return lines
 }
 
 // kill SIGKILLs the plugin's process, as a crash would.
@@ -280,7 +270,7 @@ func (p *testPlugin) waitCalls(t *testing.T, podID string, n int) {
 func waitLogLine(t *testing.T, h *harness.Harness, parts ...string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	for logLines(t, h, parts...) == 0 {
+	for logCount(t, h, parts...) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("containerd logged no line with %q after 30s", parts)
 		}
@@ -305,10 +295,11 @@ func (p *testPlugin) podEvents(t *testing.T, podID string) []string {
 	return events
 }
 
-func (p *testPlugin) log() string {
-	data, err := os.ReadFile(p.process.LogPath)
+// processLog returns the output of a helper process, headed by its name.
+func processLog(process *harness.Process) string {
+	data, err := os.ReadFile(process.LogPath)
 	if err != nil {
-		return fmt.Sprintf("(no log: %v)", err)
+		return fmt.Sprintf("(no log of %s: %v)", process.Name, err)
 	}
-	return "log of " + p.nriName() + ":\n" + string(data)
+	return "log of " + process.Name + ":\n" + string(data)
 }

@@ -28,6 +28,10 @@ type Config struct {
 	// Masquerade translates the source of pod traffic leaving the pod subnets to the node's
 	// address, so that pods reach networks that have no route back to them.
 	Masquerade bool `json:"masquerade,omitempty"`
+	// Interface is the pod's interface. With eth0, the name containerd gives CNI's interface,
+	// nri-bridge is the pod network. Any other name makes it a secondary network next to the
+	// pod network (CNI's eth0): see settings.secondary.
+	Interface string `json:"interface,omitempty"`
 }
 
 // SubnetConfig is one family's pod subnet.
@@ -42,11 +46,13 @@ const (
 	defaultBridge   = "nribr0"
 	defaultMTU      = 1500
 	defaultStateDir = "/var/lib/nri-bridge"
-	maxIfNameLen    = 15 // IFNAMSIZ - 1
+	// defaultInterface is the pod's interface as containerd names CNI's: the pod network's.
+	defaultInterface = "eth0"
+	maxIfNameLen     = 15 // IFNAMSIZ - 1
 )
 
 func defaultConfig() Config {
-	return Config{Bridge: defaultBridge, MTU: defaultMTU, StateDir: defaultStateDir}
+	return Config{Bridge: defaultBridge, MTU: defaultMTU, StateDir: defaultStateDir, Interface: defaultInterface}
 }
 
 // settings is a validated Config.
@@ -57,11 +63,29 @@ type settings struct {
 	pools    []pool // IPv4 first when both are configured: the first pool gives the primary IP
 	// masquerade: see Config.Masquerade.
 	masquerade bool
+	// podInterface: see Config.Interface.
+	podInterface string
 }
 
 func (s *settings) equal(o *settings) bool {
 	return s.bridge == o.bridge && s.mtu == o.mtu && s.stateDir == o.stateDir && slices.Equal(s.pools, o.pools) &&
-		s.masquerade == o.masquerade
+		s.masquerade == o.masquerade && s.podInterface == o.podInterface
+}
+
+// secondary tells whether the pods' interface is a secondary network next to the pod network
+// (CNI's eth0), which owns the pod's default routes, IPs and hostPorts: nri-bridge then sets no
+// default route, reports no pod IP through PodSandboxStatus and publishes no hostPort.
+func (s *settings) secondary() bool {
+	return s.podInterface != defaultInterface
+}
+
+// defaultRoutePools are the pools whose gateways are the pods' default routes: none on a
+// secondary interface.
+func (s *settings) defaultRoutePools() []pool {
+	if s.secondary() {
+		return nil
+	}
+	return s.pools
 }
 
 // pool is one family's subnet with the addresses that pods never get.
@@ -98,9 +122,19 @@ func lastAddr(prefix netip.Prefix) netip.Addr {
 
 // validate checks everything that can be checked without looking at the host.
 func (c Config) validate() (*settings, error) {
-	s := &settings{bridge: c.Bridge, mtu: c.MTU, stateDir: c.StateDir, masquerade: c.Masquerade}
+	s := &settings{bridge: c.Bridge, mtu: c.MTU, stateDir: c.StateDir, masquerade: c.Masquerade, podInterface: c.Interface}
 	if err := validIfName(c.Bridge); err != nil {
 		return nil, fmt.Errorf("bridge: %w", err)
+	}
+	if err := validIfName(c.Interface); err != nil {
+		return nil, fmt.Errorf("interface: %w", err)
+	}
+	if c.Interface == "lo" {
+		return nil, errors.New(`interface "lo": the pod's loopback interface cannot carry the pod's addresses`)
+	}
+	if c.Masquerade && s.secondary() {
+		return nil, fmt.Errorf("masquerade with interface %s: the pods' traffic beyond the pod subnets leaves through the pod network's default route, not through %s; remove masquerade",
+			c.Interface, c.Interface)
 	}
 	if c.StateDir == "" || !filepath.IsAbs(c.StateDir) {
 		return nil, fmt.Errorf("stateDir %q: must be an absolute path", c.StateDir)
@@ -228,6 +262,7 @@ func (f *configFlags) register(fs *flag.FlagSet) {
 	}
 	str("bridge", "bridge `name` (default "+defaultBridge+")", func(c *Config, v string) { c.Bridge = v })
 	str("state-dir", "state `directory` (default "+defaultStateDir+")", func(c *Config, v string) { c.StateDir = v })
+	str("interface", "the pods' interface `name` (default "+defaultInterface+"); another name makes nri-bridge a secondary network next to CNI's "+defaultInterface, func(c *Config, v string) { c.Interface = v })
 	str("ipv4-subnet", "pod IPv4 `CIDR`", func(c *Config, v string) { subnet(&c.IPv4).Subnet = v })
 	str("ipv4-gateway", "IPv4 gateway `address` (default: first address of the subnet)", func(c *Config, v string) { subnet(&c.IPv4).Gateway = v })
 	str("ipv6-subnet", "pod IPv6 `CIDR`", func(c *Config, v string) { subnet(&c.IPv6).Subnet = v })

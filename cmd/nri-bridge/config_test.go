@@ -26,8 +26,11 @@ func TestConfigDefaultsAndGateways(t *testing.T) {
 ipv6: {subnet: "fd00:88::/64"}
 ipv4: {subnet: 10.88.0.0/16}
 `)
-	if s.bridge != defaultBridge || s.mtu != defaultMTU || s.stateDir != defaultStateDir {
-		t.Errorf("defaults: got bridge %q mtu %d stateDir %q", s.bridge, s.mtu, s.stateDir)
+	if s.bridge != defaultBridge || s.mtu != defaultMTU || s.stateDir != defaultStateDir || s.podInterface != "eth0" || s.secondary() {
+		t.Errorf("defaults: got bridge %q mtu %d stateDir %q interface %q (secondary %v)", s.bridge, s.mtu, s.stateDir, s.podInterface, s.secondary())
+	}
+	if len(s.defaultRoutePools()) != 2 {
+		t.Errorf("eth0 takes default routes through %v, want both pools", s.defaultRoutePools())
 	}
 	if len(s.pools) != 2 || s.pools[0].family != "IPv4" || s.pools[1].family != "IPv6" {
 		t.Fatalf("pools %v: want IPv4 then IPv6", s.pools)
@@ -45,6 +48,12 @@ ipv4: {subnet: 10.88.0.0/16}
 	}
 	if s.pools[0].gateway != netip.MustParseAddr("192.168.7.254") {
 		t.Errorf("gateway %s, want 192.168.7.254", s.pools[0].gateway)
+	}
+
+	s = mustValidate(t, `{interface: net1, ipv4: {subnet: 192.168.7.0/24}}`)
+	if s.podInterface != "net1" || !s.secondary() || s.defaultRoutePools() != nil {
+		t.Errorf("interface net1: got %q, secondary %v, default routes through %v; want a secondary interface without default routes",
+			s.podInterface, s.secondary(), s.defaultRoutePools())
 	}
 }
 
@@ -70,6 +79,10 @@ func TestConfigRefusesInvalid(t *testing.T) {
 		{`ipv6: {subnet: "fd00::/64", gateway: "fd01::1"}`, "ipv6.gateway fd01::1: outside subnet fd00::/64"},
 		{`{bridge: a-name-longer-than-15, ipv4: {subnet: 10.88.0.0/24}}`, `bridge: "a-name-longer-than-15" is not a valid interface name`},
 		{`{bridge: "a/b", ipv4: {subnet: 10.88.0.0/24}}`, "is not a valid interface name"},
+		{`{interface: "", ipv4: {subnet: 10.88.0.0/24}}`, `interface: "" is not a valid interface name`},
+		{`{interface: "net 1", ipv4: {subnet: 10.88.0.0/24}}`, `interface: "net 1" is not a valid interface name`},
+		{`{interface: lo, ipv4: {subnet: 10.88.0.0/24}}`, `interface "lo": the pod's loopback interface`},
+		{`{interface: net1, masquerade: true, ipv4: {subnet: 10.88.0.0/24}}`, "masquerade with interface net1: "},
 		{`{stateDir: relative/dir, ipv4: {subnet: 10.88.0.0/24}}`, `stateDir "relative/dir": must be an absolute path`},
 		{`{mtu: 1000, ipv6: {subnet: "fd00::/64"}}`, "mtu 1000: must be between 1280 and 65535"},
 		{`{mtu: 70000, ipv4: {subnet: 10.88.0.0/24}}`, "mtu 70000"},
@@ -98,7 +111,7 @@ func TestConfigFlagsOverrideYAML(t *testing.T) {
 	fs.SetOutput(io.Discard)
 	flags.register(fs)
 	err := fs.Parse([]string{"-config", "/etc/x.yaml", "-ipv4-subnet", "10.99.0.0/24", "-mtu", "1400",
-		"-ipv6-subnet", "fd00:99::/64", "-ipv6-gateway", "fd00:99::fe", "-bridge", "br9", "-state-dir", "/run/b"})
+		"-ipv6-subnet", "fd00:99::/64", "-ipv6-gateway", "fd00:99::fe", "-bridge", "br9", "-state-dir", "/run/b", "-interface", "net1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,8 +126,8 @@ func TestConfigFlagsOverrideYAML(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := []string{s.bridge, s.stateDir, s.pools[0].String(), s.pools[1].String()}
-	want := []string{"br9", "/run/b", "IPv4 10.99.0.0/24 gateway 10.99.0.1", "IPv6 fd00:99::/64 gateway fd00:99::fe"}
+	got := []string{s.bridge, s.stateDir, s.pools[0].String(), s.pools[1].String(), s.podInterface}
+	want := []string{"br9", "/run/b", "IPv4 10.99.0.0/24 gateway 10.99.0.1", "IPv6 fd00:99::/64 gateway fd00:99::fe", "net1"}
 	for i := range want {
 		if got[i] != want[i] {
 			t.Errorf("got %q, want %q", got[i], want[i])

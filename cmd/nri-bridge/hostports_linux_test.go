@@ -308,7 +308,7 @@ func TestNetnsLocalnetGuard(t *testing.T) {
 			}
 		}
 	}
-	eth0, err := h.LinkByName(podIfName)
+	eth0, err := h.LinkByName(defaultInterface)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -168,8 +168,12 @@ func (s *settings) hasFamily(is4 bool) bool {
 	return false
 }
 
-// publishedPortsOf validates the ports a pod publishes against the configuration.
+// publishedPortsOf validates the ports a pod publishes against the configuration. On a secondary
+// interface a pod publishes none: its hostPorts are the pod network's (CNI's portmap).
 func publishedPortsOf(s *settings, mappings []portMapping) ([]portMapping, error) {
+	if s.secondary() {
+		return nil, nil
+	}
 	ports, err := publishedPorts(mappings, s.hasFamily(true), s.hasFamily(false))
 	if err != nil {
 		return nil, fmt.Errorf("port mappings: %w", err)

@@ -210,3 +210,25 @@ func TestSynchronizeRebuildsHostPorts(t *testing.T) {
 		t.Errorf("Synchronize applied %d rulesets for 6 pods that are gone, want the removal in one (and the rebuild)", fw.applies)
 	}
 }
+
+// On a secondary interface the pod's hostPorts are the pod network's (CNI's portmap): nri-bridge
+// publishes none, at RunPodSandbox nor at Synchronize.
+func TestSecondaryInterfacePublishesNoHostPorts(t *testing.T) {
+	p, fake := newTestPlugin(t, testPodDoc(t, `interface: net1, ipv4: {subnet: 10.5.0.0/24}`))
+	fw := firewallOf(t, p)
+	web := portPod("web", &api.PortMapping{Protocol: api.Protocol_TCP, ContainerPort: 80, HostPort: 8080})
+	if err := p.RunPodSandbox(ctx, web); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Synchronize(ctx, []*api.PodSandbox{web}, nil); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := p.current()
+	held, err := a.store.hostPortsOf("web")
+	if err != nil || held != nil || len(fw.hairpins) != 0 || strings.Contains(fw.appliedRules(), "8080") {
+		t.Errorf("a pod on a secondary interface: ports held %v (%v), hairpins %v, rules:\n%s", held, err, fw.hairpins, fw.appliedRules())
+	}
+	if !fake.isWired("web") || podIPsOK(t, p, web) != "10.5.0.2" {
+		t.Errorf("the pod is not wired with its address: wired %v, IPs %q", fake.isWired("web"), podIPsOK(t, p, web))
+	}
+}

@@ -1,7 +1,9 @@
 // Command nri-bridge is an NRI plugin that is the pod network of a CNI-less node: it gives
 // every pod with its own network namespace a veth pair to a Linux bridge, one address per
 // configured family, default routes through the bridge, and reports the addresses to the
-// runtime through NRI's PodSandboxStatus.
+// runtime through NRI's PodSandboxStatus. With -interface (or the key interface) other than
+// eth0 it is instead a secondary network next to CNI's eth0: no default routes, no reported IPs,
+// no hostPorts.
 //
 // It runs either pre-installed (the runtime starts it from NRI's plugin_path and hands it the
 // drop-in configuration) or standalone (flags and/or -config, reconnecting whenever the

@@ -12,9 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// podIfName is the pod's interface, as CNI plugins name it.
-const podIfName = "eth0"
-
 // bridgeNetwork wires pods to a Linux bridge with veth pairs through netlink.
 type bridgeNetwork struct {
 	settings *settings
@@ -113,10 +110,11 @@ func (n *bridgeNetwork) ensureBridge() (netlink.Link, error) {
 	return link, nil
 }
 
-// setup gives the pod its network: lo up, eth0 (the peer of alloc.HostVeth, attached to the
-// bridge) with the allocated addresses and default routes through the gateways. Replaying it for
-// a pod that is already set up changes nothing.
+// setup gives the pod its network: lo up, the pod interface (the peer of alloc.HostVeth, attached
+// to the bridge) with the allocated addresses and, unless it is a secondary interface, default
+// routes through the gateways. Replaying it for a pod that is already set up changes nothing.
 func (n *bridgeNetwork) setup(alloc *allocation) error {
+	podIfName := n.settings.podInterface
 	bridge, err := n.ensureBridge()
 	if err != nil {
 		return err
@@ -158,7 +156,7 @@ func (n *bridgeNetwork) setup(alloc *allocation) error {
 	if err := podNL.LinkSetUp(podVeth); err != nil {
 		return fmt.Errorf("setting %s up in %s: %w", podIfName, alloc.NetNS, err)
 	}
-	for _, p := range n.settings.pools {
+	for _, p := range n.settings.defaultRoutePools() {
 		if !hasAddrIn(alloc.Addrs, p.subnet) {
 			continue
 		}
@@ -186,10 +184,11 @@ func hasAddrIn(addrs []netip.Prefix, subnet netip.Prefix) bool {
 	return false
 }
 
-// ensureVeth returns the pod's veth pair, creating it (eth0 directly inside the pod netns) when
-// the pod has no eth0 yet.
+// ensureVeth returns the pod's veth pair, creating it (the pod interface directly inside the pod
+// netns) when the pod has no such interface yet.
 func (n *bridgeNetwork) ensureVeth(podNL *netlink.Handle, ns netns.NsHandle, bridge netlink.Link,
 	alloc *allocation) (host, pod netlink.Link, err error) {
+	podIfName := n.settings.podInterface
 	pod, err = podNL.LinkByName(podIfName)
 	if err == nil {
 		host, err = netlink.LinkByName(alloc.HostVeth)
@@ -227,8 +226,8 @@ func (n *bridgeNetwork) ensureVeth(podNL *netlink.Handle, ns netns.NsHandle, bri
 	return host, pod, nil
 }
 
-// teardown removes the pod's veth pair (deleting the host end deletes eth0 too). Nothing to do
-// when the pair is already gone, e.g. because the pod's netns was destroyed.
+// teardown removes the pod's veth pair (deleting the host end deletes the pod interface too).
+// Nothing to do when the pair is already gone, e.g. because the pod's netns was destroyed.
 func (n *bridgeNetwork) teardown(alloc *allocation) error {
 	return n.deleteHostVeth(alloc.HostVeth)
 }

@@ -78,12 +78,18 @@ func freeNetworkDoc(t *testing.T) (string, *settings) {
 func newNetnsPlugin(t *testing.T) (*plugin, *settings) {
 	t.Helper()
 	doc, s := freeNetworkDoc(t)
+	return configuredNetnsPlugin(t, doc), s
+}
+
+// configuredNetnsPlugin configures a real plugin with doc.
+func configuredNetnsPlugin(t *testing.T, doc string) *plugin {
+	t.Helper()
 	p := &plugin{flags: &configFlags{}, newNetwork: newHostNetwork, newFirewall: newNFTFirewall}
 	if err := p.configure([]byte(doc)); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.close() })
-	return p, s
+	return p
 }
 
 // newNetns creates a named network namespace and returns a pod that lives in it.
@@ -405,5 +411,117 @@ func TestNetnsPreinstalledPlugin(t *testing.T) {
 	rt.stop()
 	if want := `failed to start pre-installed NRI plugin \"bridge\": failed to configure plugin`; !strings.Contains(rt.stderr.String(), want) {
 		t.Errorf("runtime log lacks %q:\n%s", want, rt.stderr.String())
+	}
+}
+
+// defaultRoutes lists the default routes in the pod's netns as "dev <name> via <gateway>".
+func defaultRoutes(t *testing.T, pod *api.PodSandbox) []string {
+	t.Helper()
+	h := podNetlink(t, pod)
+	routes, err := h.RouteList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var defaults []string
+	for _, r := range routes {
+		if r.Dst != nil && !r.Dst.IP.IsUnspecified() {
+			continue
+		}
+		link, err := h.LinkByIndex(r.LinkIndex)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defaults = append(defaults, "dev "+link.Attrs().Name+" via "+r.Gw.String())
+	}
+	slices.Sort(defaults)
+	return defaults
+}
+
+// On a secondary interface nri-bridge adds net1 next to the pod's network (an eth0 with default
+// routes stands in for CNI's): net1 gets the addresses and no default route, eth0 and its routes
+// stay as they are, and stop removes net1 only.
+func TestNetnsSecondaryInterface(t *testing.T) {
+	requireRoot(t)
+	doc, _ := freeNetworkDoc(t)
+	p := configuredNetnsPlugin(t, strings.Replace(doc, "{", "{interface: net1, ", 1))
+	podA, nsA := newNetns(t, "a")
+	podB, _ := newNetns(t, "b")
+
+	h := podNetlink(t, podA)
+	// A veth pair within the netns: the kernel may lack the dummy interface type.
+	if err := h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "eth0peer"}); err != nil {
+		t.Fatal(err)
+	}
+	var eth0 netlink.Link
+	for _, name := range []string{"eth0peer", "eth0"} {
+		link, err := h.LinkByName(name)
+		if err == nil {
+			err = h.LinkSetUp(link)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		eth0 = link
+	}
+	for _, addr := range []string{"192.0.2.10/24", "2001:db8::10/64"} {
+		if err := h.AddrAdd(eth0, netlinkAddr(netip.MustParsePrefix(addr))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, gw := range []string{"192.0.2.1", "2001:db8::1"} {
+		gateway := netip.MustParseAddr(gw)
+		dst := netip.PrefixFrom(netip.IPv4Unspecified(), 0)
+		if gateway.Is6() {
+			dst = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
+		}
+		if err := h.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Dst: ipNet(dst), Gw: gateway.AsSlice()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cniRoutes := defaultRoutes(t, podA)
+
+	for _, pod := range []*api.PodSandbox{podA, podB} {
+		if err := p.RunPodSandbox(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ipsA, ipsB := podIPsOK(t, p, podA), podIPsOK(t, p, podB)
+	net1, err := h.LinkByName("net1")
+	if err != nil {
+		t.Fatalf("pod a has no net1: %v", err)
+	}
+	addrs, err := h.AddrList(net1, netlink.FAMILY_ALL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var global []string
+	for _, a := range addrs {
+		if a.IP.IsGlobalUnicast() {
+			global = append(global, a.IP.String())
+		}
+	}
+	if strings.Join(global, ",") != ipsA || net1.Type() != "veth" || net1.Attrs().Flags&unix.IFF_UP == 0 {
+		t.Errorf("pod a: net1 is a %s (flags %v) with %v, want an up veth with %s", net1.Type(), net1.Attrs().Flags, global, ipsA)
+	}
+	if got := defaultRoutes(t, podA); !slices.Equal(got, cniRoutes) {
+		t.Errorf("pod a's default routes %v, want eth0's alone %v", got, cniRoutes)
+	}
+	if got := defaultRoutes(t, podB); len(got) != 0 {
+		t.Errorf("pod b (net1 only) has default routes %v, want none", got)
+	}
+	for _, target := range strings.Split(ipsB, ",") {
+		if err := ping(t, nsA, target); err != nil {
+			t.Error(err)
+		}
+	}
+
+	if err := p.StopPodSandbox(ctx, podA); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.LinkByName("net1"); !errors.As(err, &netlink.LinkNotFoundError{}) {
+		t.Errorf("net1 of pod a after stop: %v", err)
+	}
+	if _, err := h.LinkByName("eth0"); err != nil || !slices.Equal(defaultRoutes(t, podA), cniRoutes) {
+		t.Errorf("stop changed eth0 of pod a (%v) or its routes %v, want %v", err, defaultRoutes(t, podA), cniRoutes)
 	}
 }

@@ -94,8 +94,8 @@ func (p *plugin) configure(yamlDoc []byte) error {
 		return err
 	}
 	p.active.Store(&activeConfig{settings: s, store: st, net: network, firewall: p.newFirewall(s)})
-	log.Infof(context.Background(), "nri-bridge: bridge %s, pools %v, MTU %d, masquerade %v, state in %s",
-		s.bridge, s.pools, s.mtu, s.masquerade, s.stateDir)
+	log.Infof(context.Background(), "nri-bridge: bridge %s, pools %v, MTU %d, masquerade %v, state in %s, pod interface %s (secondary %v)",
+		s.bridge, s.pools, s.mtu, s.masquerade, s.stateDir, s.podInterface, s.secondary())
 	return nil
 }
 
@@ -256,7 +256,7 @@ func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 		}
 		return fmt.Errorf("nri-bridge: %s: %w", ref, err)
 	}
-	log.Infof(ctx, "nri-bridge: %s: %s %v via %s, hostPorts %v", ref, podIfName, alloc.Addrs, alloc.HostVeth, ports)
+	log.Infof(ctx, "nri-bridge: %s: %s %v via %s, hostPorts %v", ref, a.settings.podInterface, alloc.Addrs, alloc.HostVeth, ports)
 	return nil
 }
 

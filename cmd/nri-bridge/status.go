@@ -11,8 +11,16 @@ import (
 var _ stub.PodSandboxStatusInterface = (*plugin)(nil)
 
 // PodSandboxStatus reports the pod's allocated addresses: IPv4 as the primary IP when both
-// families are configured. A pod the plugin has no allocation for gets an empty answer.
+// families are configured. A pod the plugin has no allocation for gets an empty answer, and so
+// does every pod on a secondary interface: its IPs are the pod network's.
 func (p *plugin) PodSandboxStatus(_ context.Context, pod *api.PodSandbox) (*api.PodSandboxStatusResponse, error) {
+	a, err := p.current()
+	if err != nil {
+		return nil, err
+	}
+	if a.settings.secondary() {
+		return &api.PodSandboxStatusResponse{}, nil
+	}
 	ips, err := p.podIPs(pod)
 	if err != nil {
 		return nil, err

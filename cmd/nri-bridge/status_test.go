@@ -32,6 +32,21 @@ func TestPodSandboxStatusAnswer(t *testing.T) {
 	}
 }
 
+// On a secondary interface the pod's IPs are the pod network's: nri-bridge owns none of them.
+func TestPodSandboxStatusSecondaryInterfaceOwnsNoIP(t *testing.T) {
+	p, _ := newTestPlugin(t, testPodDoc(t, `interface: net1, ipv4: {subnet: 10.5.0.0/24}`))
+	if err := p.RunPodSandbox(ctx, testPod("a")); err != nil {
+		t.Fatal(err)
+	}
+	if ips := podIPsOK(t, p, testPod("a")); ips != "10.5.0.2" {
+		t.Fatalf("pod a has addresses %q, want 10.5.0.2", ips)
+	}
+	rpl, err := p.PodSandboxStatus(ctx, testPod("a"))
+	if err != nil || rpl == nil || rpl.GetIp() != "" || len(rpl.GetAdditionalIps()) != 0 {
+		t.Errorf("pod a on a secondary interface: answer %v, %v; want an empty answer", rpl, err)
+	}
+}
+
 func TestPodSandboxStatusThroughNRI(t *testing.T) {
 	socket := filepath.Join(t.TempDir(), "nri.sock")
 	p, _ := newTestPlugin(t, testPodDoc(t, `ipv4: {subnet: 10.5.0.0/24}, ipv6: {subnet: "fd00:5::/64"}`))

@@ -22,9 +22,15 @@ func netlinkDump[T any](what string, dump func() ([]T, error)) ([]T, error) {
 // BridgePorts returns the names of the interfaces attached to the instance's bridge (one veth
 // per pod on the CNI network), or an error if the bridge does not exist.
 func (h *Harness) BridgePorts() ([]string, error) {
-	bridge, err := netlink.LinkByName(h.Bridge)
+	return BridgePorts(h.Bridge)
+}
+
+// BridgePorts returns the names of the interfaces attached to bridge name, or an error if the
+// bridge does not exist.
+func BridgePorts(name string) ([]string, error) {
+	bridge, err := netlink.LinkByName(name)
 	if err != nil {
-		return nil, fmt.Errorf("bridge %s: %w", h.Bridge, err)
+		return nil, fmt.Errorf("bridge %s: %w", name, err)
 	}
 	links, err := netlinkDump("links", netlink.LinkList)
 	if err != nil {
