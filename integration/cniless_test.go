@@ -96,12 +96,27 @@ func ipv6Subnet(h *harness.Harness) string {
 	return fmt.Sprintf("fd6b:6e78:%d:%d::/64", h.Subnet.IP.To4()[1], h.Subnet.IP.To4()[2])
 }
 
+// cniLessConfig is the daemon configuration of a CNI-less node whose NetworkReady follows the NRI
+// plugin networkPlugin (network_plugin), or any subscribed plugin if networkPlugin is "".
+func cniLessConfig(networkPlugin string) string {
+	if networkPlugin == "" {
+		return cniDisabled
+	}
+	return cniDisabled + fmt.Sprintf("network_plugin = %q\n", networkPlugin)
+}
+
 // startCNILessNode starts a CNI-less containerd; subnets gives nri-bridge's subnet flags
 // (e.g. "-ipv4-subnet", ipv4Subnet(h)) once the harness exists. nri-bridge is not started.
 func startCNILessNode(t *testing.T, subnets func(h *harness.Harness) []string) *cniLessNode {
 	t.Helper()
+	return startCNILessNodeFollowing(t, "", subnets)
+}
+
+// startCNILessNodeFollowing is startCNILessNode with network_plugin = networkPlugin.
+func startCNILessNodeFollowing(t *testing.T, networkPlugin string, subnets func(h *harness.Harness) []string) *cniLessNode {
+	t.Helper()
 	binDir, invocations := recordingCNIBinDir(t)
-	h, ctx := startHarness(t, harness.Options{ExtraConfig: cniDisabled, SkipNetworkReadyWait: true, CNIBinDir: binDir})
+	h, ctx := startHarness(t, harness.Options{ExtraConfig: cniLessConfig(networkPlugin), SkipNetworkReadyWait: true, CNIBinDir: binDir})
 	args := append([]string{"-nri-socket", h.NRISocket, "-bridge", h.Bridge,
 		"-state-dir", filepath.Join(h.Root, "nri-bridge-state")}, subnets(h)...)
 	n := &cniLessNode{h: h, ctx: ctx, invocations: invocations, bridgeArgs: args}
@@ -517,7 +532,7 @@ func TestCNILessHostNetworkPodUnaffected(t *testing.T) {
 
 // With CNI enabled (the default), pods still get their network from CNI alone: the recording
 // wrappers prove the CNI plugins run (and that the proof used above works), and nri-bridge's
-// absence changes nothing.
+// absence changes nothing, verbose status included (no NRI provenance without NRI plugins).
 func TestCNIEnabledUnchanged(t *testing.T) {
 	t.Parallel()
 	binDir, invocations := recordingCNIBinDir(t)
@@ -526,12 +541,18 @@ func TestCNIEnabledUnchanged(t *testing.T) {
 		t.Errorf("with CNI: NetworkReady false (%s: %s)", cond.Reason, cond.Message)
 	}
 	id := runPod(t, ctx, h, h.PodConfig("cni"))
-	status, network := verbosePodStatus(t, ctx, h, id)
-	ip := status.GetNetwork().GetIp()
+	resp, err := h.Runtime.PodSandboxStatus(ctx, &criruntime.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := resp.Status.GetNetwork().GetIp()
 	if parsed := net.ParseIP(ip); parsed == nil || !h.Subnet.Contains(parsed) {
 		t.Fatalf("pod %s reports %q, want an address of the CNI subnet %s", id, ip, h.Subnet)
 	}
-	wantIPs(t, id, status, network, cniSourced(ip))
+	if ips := statusIPs(resp.Status); len(ips) != 1 || ips[0] != cniIPOf(t, h, id) {
+		t.Errorf("pod %s reports IPs %v, want only the one host-local allocated", id, ips)
+	}
+	wantNoPodNetworkInfo(t, id, resp.Info)
 	if err := h.RemovePod(ctx, id); err != nil {
 		t.Fatal(err)
 	}
@@ -673,11 +694,10 @@ func TestCNILessFirstContainerEventsCarryPodIPs(t *testing.T) {
 	}
 }
 
-// nri-bridge pre-installed in NRI's plugin_path: containerd starts it (with its drop-in
-// configuration) and starts a new one after its own restart, which finds its allocations again.
-func TestCNILessPreinstalledNRIBridge(t *testing.T) {
-	t.Parallel()
-	n := startCNILessNode(t, func(*harness.Harness) []string { return nil })
+// preinstallBridge installs nri-bridge (dual-stack) in NRI's plugin_path with its drop-in
+// configuration, and restarts containerd, which starts it; it returns once the network is ready.
+func (n *cniLessNode) preinstallBridge(t *testing.T) {
+	t.Helper()
 	config := fmt.Sprintf("bridge: %s\nstateDir: %s\nipv4:\n  subnet: %s\nipv6:\n  subnet: %s\n",
 		n.h.Bridge, filepath.Join(n.h.Root, "nri-bridge-state"), ipv4Subnet(n.h), ipv6Subnet(n.h))
 	if err := os.WriteFile(filepath.Join(n.h.NRIPluginConfigDir, nriBridgeName+".conf"), []byte(config), 0o644); err != nil {
@@ -687,13 +707,25 @@ func TestCNILessPreinstalledNRIBridge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(n.h.NRIPluginDir, nriBridgeName), binary, 0o755); err != nil {
+	if err := os.WriteFile(n.preinstalledBridgePath(), binary, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.h.Restart(n.ctx); err != nil {
 		t.Fatalf("restart containerd with nri-bridge in plugin_path: %v", err)
 	}
 	n.waitNetworkReady(t, true)
+}
+
+func (n *cniLessNode) preinstalledBridgePath() string {
+	return filepath.Join(n.h.NRIPluginDir, nriBridgeName)
+}
+
+// nri-bridge pre-installed in NRI's plugin_path: containerd starts it (with its drop-in
+// configuration) and starts a new one after its own restart, which finds its allocations again.
+func TestCNILessPreinstalledNRIBridge(t *testing.T) {
+	t.Parallel()
+	n := startCNILessNode(t, func(*harness.Harness) []string { return nil })
+	n.preinstallBridge(t)
 	a, b := n.runBridgePod(t, "a"), n.runBridgePod(t, "b")
 	ipsA, ipsB := statusIPs(podStatus(t, n.ctx, n.h, a.id)), statusIPs(podStatus(t, n.ctx, n.h, b.id))
 	if len(ipsA) != 2 {

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,11 +27,14 @@ const podNetworkInfoKey = "podNetwork"
 
 // podNetworkInfo is the podNetworkInfoKey entry.
 type podNetworkInfo struct {
-	IPs         []reportedIP `json:"ips"`
-	NRINoAnswer []struct {
-		Plugin string `json:"plugin"`
-		Error  string `json:"error"`
-	} `json:"nriNoAnswer"`
+	IPs         []reportedIP  `json:"ips"`
+	NRINoAnswer []nriNoAnswer `json:"nriNoAnswer"`
+}
+
+// nriNoAnswer is a subscribed NRI plugin that gave no live answer, and why.
+type nriNoAnswer struct {
+	Plugin string `json:"plugin"`
+	Error  string `json:"error"`
 }
 
 // reportedIP is one reported IP with its source ("cni" or "nri:<plugin>") and, for NRI, whether
@@ -109,16 +112,19 @@ func wantIPs(t *testing.T, id string, status *criruntime.PodSandboxStatus, netwo
 	}
 }
 
-// cniIPOf returns the IP host-local allocated to pod id, independently of what CRI reports.
-func cniIPOf(t *testing.T, h *harness.Harness, id string) string {
+// cniIPsOf returns the IPs host-local allocated to pod id, independently of what CRI reports,
+// IPv4 first.
+func cniIPsOf(t *testing.T, h *harness.Harness, id string) []string {
 	t.Helper()
 	dir := filepath.Join(h.IPAMDataDir, h.Network)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var ips []netip.Addr
 	for _, e := range entries {
-		if net.ParseIP(e.Name()) == nil {
+		ip, err := netip.ParseAddr(e.Name())
+		if err != nil {
 			continue
 		}
 		owner, err := os.ReadFile(filepath.Join(dir, e.Name()))
@@ -126,11 +132,25 @@ func cniIPOf(t *testing.T, h *harness.Harness, id string) string {
 			t.Fatal(err)
 		}
 		if strings.HasPrefix(string(owner), id) {
-			return e.Name()
+			ips = append(ips, ip)
 		}
 	}
-	t.Fatalf("host-local allocated no IP to pod %s in %s", id, dir)
-	return ""
+	slices.SortFunc(ips, netip.Addr.Compare)
+	var sorted []string
+	for _, ip := range ips {
+		sorted = append(sorted, ip.String())
+	}
+	return sorted
+}
+
+// cniIPOf returns the one IP host-local allocated to pod id.
+func cniIPOf(t *testing.T, h *harness.Harness, id string) string {
+	t.Helper()
+	ips := cniIPsOf(t, h, id)
+	if len(ips) != 1 {
+		t.Fatalf("host-local allocated %v to pod %s, want one IP", ips, id)
+	}
+	return ips[0]
 }
 
 // podStatusError returns the error of pod id's CRI status, failing the test if there is none.
@@ -247,8 +267,47 @@ func TestPodStatusPluginAddsIPs(t *testing.T) {
 	wantIPs(t, id, status, network, cniSourced(cniIP), liveFrom(plugin, "192.0.2.20"), liveFrom(plugin, "2001:db8::20"))
 }
 
+// statusResponses returns pod id's plain and verbose CRI status responses.
+func statusResponses(t *testing.T, ctx context.Context, h *harness.Harness, id string) (plain, verbose *criruntime.PodSandboxStatusResponse) {
+	t.Helper()
+	var err error
+	if plain, err = h.Runtime.PodSandboxStatus(ctx, &criruntime.PodSandboxStatusRequest{PodSandboxId: id}); err != nil {
+		t.Fatalf("status of pod %s: %v", id, err)
+	}
+	if verbose, err = h.Runtime.PodSandboxStatus(ctx, &criruntime.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true}); err != nil {
+		t.Fatalf("verbose status of pod %s: %v", id, err)
+	}
+	return plain, verbose
+}
+
+// wantSameBytes checks that knext's response is byte for byte upstream's, in the deterministic
+// wire form (map entries sorted).
+func wantSameBytes(t *testing.T, what string, knext, upstream proto.Message) {
+	t.Helper()
+	marshal := proto.MarshalOptions{Deterministic: true}
+	knextBytes, err := marshal.Marshal(knext)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstreamBytes, err := marshal.Marshal(upstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(knextBytes) != string(upstreamBytes) {
+		t.Errorf("%s: knext answers\n%v\nupstream answers\n%v", what, knext, upstream)
+	}
+}
+
+// wantNoPodNetworkInfo checks that verbose info has no podNetwork entry: NRI plugins had no say.
+func wantNoPodNetworkInfo(t *testing.T, id string, info map[string]string) {
+	t.Helper()
+	if raw, ok := info[podNetworkInfoKey]; ok {
+		t.Errorf("verbose status of pod %s has %q info %s, want none: no NRI plugin has a say in its IPs", id, podNetworkInfoKey, raw)
+	}
+}
+
 // Test 3: with no plugin, PodSandboxStatus is byte for byte what upstream containerd answers
-// for the same pod on the same root; verbose status only adds the podNetwork entry.
+// for the same pod on the same root, verbose status included.
 func TestPodStatusWithoutPluginIsUpstreams(t *testing.T) {
 	t.Parallel()
 	upstream := upstreamContainerd(t)
@@ -257,62 +316,24 @@ func TestPodStatusWithoutPluginIsUpstreams(t *testing.T) {
 	id := runPod(t, ctx, h, config)
 	runContainer(t, ctx, h, id, config, "sleeper")
 
-	answers := func() (plain, verbose *criruntime.PodSandboxStatusResponse) {
-		t.Helper()
-		var err error
-		if plain, err = h.Runtime.PodSandboxStatus(ctx, &criruntime.PodSandboxStatusRequest{PodSandboxId: id}); err != nil {
-			t.Fatalf("status of pod %s: %v", id, err)
-		}
-		if verbose, err = h.Runtime.PodSandboxStatus(ctx, &criruntime.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true}); err != nil {
-			t.Fatalf("verbose status of pod %s: %v", id, err)
-		}
-		return plain, verbose
-	}
 	wantUpstream(t, ctx, h, false)
-	knextPlain, knextVerbose := answers()
+	knextPlain, knextVerbose := statusResponses(t, ctx, h, id)
 	if err := h.RestartBinary(ctx, upstream); err != nil {
 		t.Fatal(err)
 	}
 	wantUpstream(t, ctx, h, true)
-	upstreamPlain, upstreamVerbose := answers()
+	upstreamPlain, upstreamVerbose := statusResponses(t, ctx, h, id)
 
-	marshal := proto.MarshalOptions{Deterministic: true}
-	knextBytes, err := marshal.Marshal(knextPlain)
-	if err != nil {
-		t.Fatal(err)
+	if len(upstreamPlain.Status.GetNetwork().GetIp()) == 0 || len(upstreamVerbose.Info) == 0 {
+		t.Errorf("pod %s: upstream reports IP %q and verbose info %v: the comparison proves nothing", id, upstreamPlain.Status.GetNetwork().GetIp(), upstreamVerbose.Info)
 	}
-	upstreamBytes, err := marshal.Marshal(upstreamPlain)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(knextBytes) != string(upstreamBytes) {
-		t.Errorf("pod %s: knext answers\n%v\nupstream answers\n%v", id, knextPlain, upstreamPlain)
-	}
-	if len(upstreamPlain.Status.GetNetwork().GetIp()) == 0 {
-		t.Errorf("pod %s: upstream reports no IP: the comparison proves nothing", id)
-	}
-
-	if !proto.Equal(knextVerbose.Status, upstreamVerbose.Status) {
-		t.Errorf("pod %s: verbose status differs: knext %v, upstream %v", id, knextVerbose.Status, upstreamVerbose.Status)
-	}
-	for key, value := range upstreamVerbose.Info {
-		if knextVerbose.Info[key] != value {
-			t.Errorf("pod %s: verbose info %q differs:\nknext:    %s\nupstream: %s", id, key, knextVerbose.Info[key], value)
-		}
-	}
-	for key := range knextVerbose.Info {
-		if _, ok := upstreamVerbose.Info[key]; !ok && key != podNetworkInfoKey {
-			t.Errorf("pod %s: knext adds verbose info %q", id, key)
-		}
-	}
-	network := parsePodNetworkInfo(t, id, knextVerbose.Info)
-	if want := []reportedIP{cniSourced(upstreamPlain.Status.Network.Ip)}; !slices.Equal(network.IPs, want) {
-		t.Errorf("pod %s: knext shows provenance %+v, want %+v", id, network.IPs, want)
-	}
+	wantSameBytes(t, "status of pod "+id, knextPlain, upstreamPlain)
+	wantSameBytes(t, "verbose status of pod "+id, knextVerbose, upstreamVerbose)
+	wantNoPodNetworkInfo(t, id, knextVerbose.Info)
 }
 
-// Test 4: a host-network pod reports no IP and its plugin is never asked, not even for the
-// events of its containers.
+// Test 4: a host-network pod reports no IP, shows no NRI provenance, and its plugin is never
+// asked, not even for the events of its containers.
 func TestPodStatusHostNetworkNeverAsksPlugin(t *testing.T) {
 	t.Parallel()
 	h, ctx := startHarness(t, harness.Options{})
@@ -325,13 +346,14 @@ func TestPodStatusHostNetworkNeverAsksPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	status, network := verbosePodStatus(t, ctx, h, id)
-	if ips := statusIPs(status); len(ips) != 0 {
+	resp, err := h.Runtime.PodSandboxStatus(ctx, &criruntime.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true})
+	if err != nil {
+		t.Fatalf("verbose status of host-network pod %s: %v", id, err)
+	}
+	if ips := statusIPs(resp.Status); len(ips) != 0 {
 		t.Errorf("host-network pod %s reports IPs %v, want none", id, ips)
 	}
-	if len(network.IPs) != 0 || len(network.NRINoAnswer) != 0 {
-		t.Errorf("host-network pod %s shows %+v, want no IP and no NRI plugin", id, network)
-	}
+	wantNoPodNetworkInfo(t, id, resp.Info)
 	if calls := plugin.calls(t, ""); calls != 0 {
 		t.Errorf("NRI plugin %s was asked %d times about a host-network pod, want never", plugin.nriName(), calls)
 	}
@@ -465,14 +487,83 @@ func TestPodStatusLastKnownSurvivesRestart(t *testing.T) {
 	wantIPs(t, id, status, network, liveFrom(plugin, "192.0.2.80"), liveFrom(plugin, "2001:db8::80"), cniSourced(cniIP))
 }
 
-// Test 9: a hanging plugin costs a status query plugin_request_timeout, after which the last
-// known answer is reported; meanwhile another pod starts and is queried without waiting.
+// errBackingOff is how NRI reports a plugin it did not ask because its backoff after a status
+// query that timed out has not expired (DESIGN.md S4).
+const errBackingOff = "not asked: backing off after a status query timed out"
+
+// timedVerboseStatus returns pod id's verbose CRI status, its podNetwork info, and how long the
+// query took.
+func timedVerboseStatus(t *testing.T, ctx context.Context, h *harness.Harness, id string) (*criruntime.PodSandboxStatus, podNetworkInfo, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	resp, err := h.Runtime.PodSandboxStatus(ctx, &criruntime.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true})
+	elapsed := time.Since(start)
+	if err != nil {
+		t.Fatalf("verbose status of pod %s: %v", id, err)
+	}
+	return resp.Status, parsePodNetworkInfo(t, id, resp.Info), elapsed
+}
+
+// wantNoAnswer checks that the only plugin without a live answer is plugin, with an error that
+// contains why.
+func wantNoAnswer(t *testing.T, id string, network podNetworkInfo, plugin, why string) {
+	t.Helper()
+	if len(network.NRINoAnswer) != 1 || network.NRINoAnswer[0].Plugin != plugin || !strings.Contains(network.NRINoAnswer[0].Error, why) {
+		t.Errorf("pod %s shows plugins without answer %+v, want only %s with %q", id, network.NRINoAnswer, plugin, why)
+	}
+}
+
+// waitLiveAgain queries pod id until plugin answers live again (its backoff expired and it
+// answered in time), and returns that status.
+func waitLiveAgain(t *testing.T, ctx context.Context, h *harness.Harness, id, plugin string) (*criruntime.PodSandboxStatus, podNetworkInfo) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		status, network := verbosePodStatus(t, ctx, h, id)
+		if !slices.ContainsFunc(network.NRINoAnswer, func(n nriNoAnswer) bool { return n.Plugin == plugin }) {
+			return status, network
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("NRI plugin %s still gives no answer for pod %s after a minute: %+v", plugin, id, network.NRINoAnswer)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// wantStillConnected checks that the plugin's process runs, that NRI neither closed it nor saw
+// its connection close, and that it was not synchronized again since NRI synchronized it
+// connections times.
+func wantStillConnected(t *testing.T, h *harness.Harness, plugin string, process *harness.Process, connections int) {
+	t.Helper()
+	if connections == 0 {
+		t.Fatalf("NRI plugin %s was never synchronized: checking that it still is proves nothing", plugin)
+	}
+	if process != nil {
+		if exited, err := process.Exited(); exited {
+			t.Errorf("NRI plugin %s exited: %v", plugin, err)
+		}
+	}
+	for _, line := range []string{"closing plugin " + plugin, `connection to plugin \"` + plugin + `\" closed`} {
+		if n := logCount(t, h, line); n != 0 {
+			t.Errorf("containerd logged %q %d times: NRI lost plugin %s", line, n, plugin)
+		}
+	}
+	if now := nriConnections(t, h, plugin); now != connections {
+		t.Errorf("NRI plugin %s was synchronized %d times, want still %d: it reconnected", plugin, now, connections)
+	}
+}
+
+// Test 9: a hanging plugin costs one status query plugin_request_timeout, after which its last
+// known answer is reported; meanwhile another pod starts and is queried without waiting. The
+// plugin stays connected; while it backs off it is not asked and queries answer at once from
+// its last known answers; once it answers again it is live again.
 func TestPodStatusHangingPlugin(t *testing.T) {
 	t.Parallel()
 	// Long enough that the other pod's RunPodSandbox finishing first proves it did not wait.
 	const requestTimeout = 10 * time.Second
 	h, ctx := startHarness(t, harness.Options{NRIRequestTimeout: requestTimeout})
 	plugin := startTestPlugin(t, ctx, h, "10", "netip")
+	connections := plugin.connections(t)
 	id := runPod(t, ctx, h, annotatedPodConfig(h, "hangs", map[string]string{annotationIP: "192.0.2.90"}))
 	cniIP := cniIPOf(t, h, id)
 	status, network := verbosePodStatus(t, ctx, h, id)
@@ -504,6 +595,11 @@ func TestPodStatusHangingPlugin(t *testing.T) {
 	wantIPs(t, other, otherStatus, otherNetwork, liveFrom(plugin, "192.0.2.91"), cniSourced(cniIPOf(t, h, other)))
 
 	r := <-hung
+	// The backoff after the timeout lasts 1 s: query both pods right away, check afterwards.
+	calls := plugin.calls(t, "")
+	backoffStatus, backoffNetwork, backoffElapsed := timedVerboseStatus(t, ctx, h, id)
+	otherStatus, otherNetwork, otherElapsed := timedVerboseStatus(t, ctx, h, other)
+
 	if r.err != nil {
 		t.Fatalf("status of pod %s with a hanging plugin: %v", id, r.err)
 	}
@@ -514,11 +610,46 @@ func TestPodStatusHangingPlugin(t *testing.T) {
 	}
 	network = parsePodNetworkInfo(t, id, r.resp.Info)
 	wantIPs(t, id, r.resp.Status, network, lastKnownFrom(plugin, "192.0.2.90"), cniSourced(cniIP))
-	if len(network.NRINoAnswer) != 1 || network.NRINoAnswer[0].Plugin != plugin.nriName() || !strings.Contains(network.NRINoAnswer[0].Error, "deadline") {
-		t.Errorf("pod %s shows plugins without answer %+v, want %s timed out", id, network.NRINoAnswer, plugin.nriName())
+	wantNoAnswer(t, id, network, plugin.nriName(), "deadline exceeded")
+
+	// Backing off: the plugin is not asked, for any pod, and its last known answers stand in.
+	t.Logf("while NRI plugin %s backs off, status queries took %s (pod %s) and %s (pod %s)", plugin.nriName(), backoffElapsed, id, otherElapsed, other)
+	for _, q := range []struct {
+		id      string
+		status  *criruntime.PodSandboxStatus
+		network podNetworkInfo
+		elapsed time.Duration
+		want    []reportedIP
+	}{
+		{id, backoffStatus, backoffNetwork, backoffElapsed, []reportedIP{lastKnownFrom(plugin, "192.0.2.90"), cniSourced(cniIP)}},
+		{other, otherStatus, otherNetwork, otherElapsed, []reportedIP{lastKnownFrom(plugin, "192.0.2.91"), cniSourced(cniIPOf(t, h, other))}},
+	} {
+		wantIPs(t, q.id, q.status, q.network, q.want...)
+		wantNoAnswer(t, q.id, q.network, plugin.nriName(), errBackingOff)
+		if q.elapsed > requestTimeout/2 {
+			t.Errorf("status of pod %s took %s while NRI plugin %s backs off: it waited for the plugin", q.id, q.elapsed, plugin.nriName())
+		}
 	}
-	// NRI closes a plugin that timed out; the plugin exits when its connection closes.
-	plugin.waitExit(t, 30*time.Second)
+	if asked := plugin.calls(t, "") - calls; asked != 0 {
+		t.Errorf("NRI plugin %s was asked %d times while it backs off, want never", plugin.nriName(), asked)
+	}
+	wantStillConnected(t, h, plugin.nriName(), plugin.process, connections)
+
+	// The plugin answers again: the first query after the backoff asks it, and it is live again.
+	plugin.behave(t, "hangs", "")
+	status, network = waitLiveAgain(t, ctx, h, id, plugin.nriName())
+	wantIPs(t, id, status, network, liveFrom(plugin, "192.0.2.90"), cniSourced(cniIP))
+	status, network = verbosePodStatus(t, ctx, h, other)
+	wantIPs(t, other, status, network, liveFrom(plugin, "192.0.2.91"), cniSourced(cniIPOf(t, h, other)))
+	wantStillConnected(t, h, plugin.nriName(), plugin.process, connections)
+	for _, line := range []string{
+		"plugin " + plugin.nriName() + " did not answer PodSandboxStatus within " + requestTimeout.String(),
+		"plugin " + plugin.nriName() + " answers PodSandboxStatus again",
+	} {
+		if n := logCount(t, h, line); n != 1 {
+			t.Errorf("containerd logged %q %d times, want once", line, n)
+		}
+	}
 }
 
 // Test 10: pods that upstream containerd created on the same root keep working under knext, and
@@ -627,5 +758,117 @@ func TestPodStatusPluginCalls(t *testing.T) {
 	}
 	if calls := plugin.calls(t, id); calls != asked+1 {
 		t.Errorf("%d concurrent status queries for pod %s asked the plugin %d times, want once", burst, id, calls-asked)
+	}
+}
+
+// kubeletPodIPs is the kubelet's pick of a pod's IPs from a CRI status's [ip, additional...]
+// (sortPodIPs, kubernetes pkg/kubelet/kubelet_pods.go): the first IP of the node's family, then
+// the first IP of the other family. Every other IP is dropped.
+func kubeletPodIPs(ips []string, nodeIPv6 bool) []string {
+	var picked []string
+	for _, family6 := range []bool{nodeIPv6, !nodeIPv6} {
+		if i := slices.IndexFunc(ips, func(ip string) bool { return netip.MustParseAddr(ip).Is6() == family6 }); i >= 0 {
+			picked = append(picked, ips[i])
+		}
+	}
+	return picked
+}
+
+// S6, C3: CNI gives the pod an IPv4 and an IPv6 address, and an NRI plugin adds the pod's
+// addresses on a secondary network: the kubelet's pick takes CNI's addresses, the network of the
+// primary IP, in both families, whatever the node's family.
+func TestPodStatusKubeletPicksThePrimaryNetwork(t *testing.T) {
+	t.Parallel()
+	h, ctx := startHarness(t, harness.Options{CNIDualStack: true})
+	plugin := startTestPlugin(t, ctx, h, "10", "secondary")
+	id := runPod(t, ctx, h, annotatedPodConfig(h, "dual", map[string]string{annotationAdditionalIPs: "fd99::7,192.0.2.7"}))
+	cni := cniIPsOf(t, h, id)
+	if len(cni) != 2 {
+		t.Fatalf("host-local allocated %v to pod %s, want an IPv4 and an IPv6 address", cni, id)
+	}
+	cni4, cni6 := cni[0], cni[1]
+	inSubnet(t, cni4, h.Subnet.String())
+	inSubnet(t, cni6, h.Subnet6.String())
+
+	status, network := verbosePodStatus(t, ctx, h, id)
+	wantIPs(t, id, status, network, cniSourced(cni4), cniSourced(cni6), liveFrom(plugin, "fd99::7"), liveFrom(plugin, "192.0.2.7"))
+	for _, node := range []struct {
+		ipv6 bool
+		want []string
+	}{{false, []string{cni4, cni6}}, {true, []string{cni6, cni4}}} {
+		if got := kubeletPodIPs(statusIPs(status), node.ipv6); !slices.Equal(got, node.want) {
+			t.Errorf("pod %s reports %v: on a node of IPv6 %v the kubelet picks %v, want CNI's %v", id, statusIPs(status), node.ipv6, got, node.want)
+		}
+	}
+}
+
+// C2, C5: a READY pod with no IP anywhere (its only NRI plugin answered that it owns none) gets
+// upstream's response, byte for byte: while the plugin answers live, once it is gone and its
+// last known (empty) answer stands in, and with NRI disabled. So does its verbose response,
+// except that knext adds the podNetwork entry, with no IP, where NRI plugins have a say in the
+// pod's IPs, and only there.
+func TestPodStatusWithoutIPIsUpstreams(t *testing.T) {
+	t.Parallel()
+	upstream := upstreamContainerd(t)
+	n := startCNILessNode(t, func(*harness.Harness) []string { return nil })
+	h, ctx := n.h, n.ctx
+	plugin := startTestPlugin(t, ctx, h, "10", "net")
+	id := runPod(t, ctx, h, annotatedPodConfig(h, "no-ip", map[string]string{annotationIP: "192.0.2.170"}))
+	plugin.behave(t, "no-ip", behaveEmpty)
+
+	type answer struct {
+		by             string
+		nriHasSay      bool
+		plain, verbose *criruntime.PodSandboxStatusResponse
+	}
+	var answers []answer
+	ask := func(by string, nriHasSay bool) {
+		plain, verbose := statusResponses(t, ctx, h, id)
+		answers = append(answers, answer{by, nriHasSay, plain, verbose})
+	}
+	ask("knext, the plugin answering that it owns no IP", true)
+	if err := plugin.process.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	waitLogLine(t, h, `connection to plugin \"`+plugin.nriName()+`\" closed`)
+	ask("knext, the plugin gone and its last known answer standing in", true)
+	if err := h.Reconfigure(cniDisabled+"[plugins.'io.containerd.nri.v1.nri']\ndisable = true\n", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ask("knext with NRI disabled", false)
+	if err := h.RestartBinary(ctx, upstream); err != nil {
+		t.Fatal(err)
+	}
+	wantUpstream(t, ctx, h, true)
+	upstreamPlain, upstreamVerbose := statusResponses(t, ctx, h, id)
+	if s := upstreamPlain.Status; s.GetState() != criruntime.PodSandboxState_SANDBOX_READY || len(statusIPs(s)) != 0 || len(upstreamVerbose.Info) == 0 {
+		t.Fatalf("upstream reports pod %s %s with IPs %v and verbose info %v, want READY without IP: the comparison proves nothing",
+			id, s.GetState(), statusIPs(s), upstreamVerbose.Info)
+	}
+	// knext removes the pod: upstream would run CNI DEL for it.
+	if err := h.Reconfigure(cniDisabled, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, a := range answers {
+		wantSameBytes(t, "status of pod "+id+" by "+a.by, a.plain, upstreamPlain)
+		if !a.nriHasSay {
+			wantNoPodNetworkInfo(t, id, a.verbose.Info)
+			wantSameBytes(t, "verbose status of pod "+id+" by "+a.by, a.verbose, upstreamVerbose)
+			continue
+		}
+		network := parsePodNetworkInfo(t, id, a.verbose.Info)
+		if len(network.IPs) != 0 || len(network.NRINoAnswer) != 0 {
+			t.Errorf("pod %s by %s shows %+v, want no IP and every plugin answered", id, a.by, network)
+		}
+		withoutPodNetwork := proto.Clone(a.verbose).(*criruntime.PodSandboxStatusResponse)
+		delete(withoutPodNetwork.Info, podNetworkInfoKey)
+		wantSameBytes(t, "verbose status of pod "+id+" by "+a.by+", its podNetwork entry left out", withoutPodNetwork, upstreamVerbose)
 	}
 }

@@ -119,6 +119,9 @@ const (
 	behaveExit  = "exit"
 )
 
+// behaveSlow is the behaviour of a plugin that answers after d, whatever the request's deadline.
+func behaveSlow(d time.Duration) string { return "slow " + d.String() }
+
 // testPlugin is one test plugin connected to a harness's NRI socket, as a separate process.
 type testPlugin struct {
 	h       *harness.Harness
@@ -155,21 +158,25 @@ func (p *testPlugin) start(t *testing.T, ctx context.Context) {
 	waitSynchronized(t, ctx, p.h, process, p.nriName(), connected)
 }
 
+// connections counts the lines in which containerd logs that NRI synchronized the plugin.
+func (p *testPlugin) connections(t *testing.T) int {
+	t.Helper()
+	return nriConnections(t, p.h, p.nriName())
+}
+
 // nriConnections counts the lines in which containerd logs that NRI synchronized the plugin
-// named nriName.
+// named nriName ("<idx>-<name>"), connected to the socket or pre-installed.
 func nriConnections(t *testing.T, h *harness.Harness, nriName string) int {
 	t.Helper()
-	data, err := os.ReadFile(h.LogPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for line := range strings.SplitSeq(string(data), "\n") {
-		if strings.Contains(line, "connected and synchronized") && strings.Contains(line, nriName) {
-			n++
-		}
-	}
-	return n
+	quoted := `\"` + nriName + `\"`
+	return logCount(t, h, "plugin "+quoted+" connected and synchronized") +
+		logCount(t, h, "pre-installed NRI plugin "+quoted+" synchronization success")
+}
+
+// logCount counts the lines of the daemon log that contain every one of parts.
+func logCount(t *testing.T, h *harness.Harness, parts ...string) int {
+	t.Helper()
+	return len(logLines(t, h.LogPath, parts...))
 }
 
 // waitSynchronized waits up to 30 s until NRI has synchronized the plugin nriName, which process
@@ -257,6 +264,35 @@ func (p *testPlugin) waitCalls(t *testing.T, podID string, n int) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// waitLogLine waits up to 30 s for a line of the daemon log that contains every one of parts.
+func waitLogLine(t *testing.T, h *harness.Harness, parts ...string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for logCount(t, h, parts...) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("containerd logged no line with %q after 30s", parts)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// podEvents returns the pod lifecycle events (RunPodSandbox, StopPodSandbox, RemovePodSandbox)
+// the plugin received for pod sandbox podID, in order, across restarts of the plugin.
+func (p *testPlugin) podEvents(t *testing.T, podID string) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(p.dir, "events"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	var events []string
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if fields := strings.Fields(line); len(fields) >= 2 && fields[1] == podID {
+			events = append(events, fields[0])
+		}
+	}
+	return events
 }
 
 // processLog returns the output of a helper process, headed by its name.

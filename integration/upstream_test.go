@@ -67,8 +67,8 @@ func startSecondaryBridge(t *testing.T, ctx context.Context, h *harness.Harness)
 	return b
 }
 
-// logLines returns the lines of the file at path that contain substr.
-func logLines(t *testing.T, path, substr string) []string {
+// logLines returns the lines of the file at path that contain every one of parts.
+func logLines(t *testing.T, path string, parts ...string) []string {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -76,7 +76,7 @@ func logLines(t *testing.T, path, substr string) []string {
 	}
 	var lines []string
 	for line := range strings.SplitSeq(string(data), "\n") {
-		if strings.Contains(line, substr) {
+		if !slices.ContainsFunc(parts, func(part string) bool { return !strings.Contains(line, part) }) {
 			lines = append(lines, line)
 		}
 	}

@@ -3,6 +3,7 @@ package harness
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 
@@ -85,9 +86,16 @@ func mergeTables(dst, src table) {
 	}
 }
 
-// cniConfig returns the instance's CNI network: a bridge with its own name and /24, host-local
-// allocations under the root, and no masquerading (no iptables rules to leak).
+// cniConfig returns the instance's CNI network: a bridge with its own name and /24 (and /64 when
+// dual-stack), host-local allocations under the root, and no masquerading (no iptables rules to
+// leak).
 func (h *Harness) cniConfig() ([]byte, error) {
+	ranges := [][]map[string]string{{{"subnet": h.Subnet.String()}}}
+	routes := []map[string]string{{"dst": "0.0.0.0/0"}}
+	if h.Subnet6 != nil {
+		ranges = append(ranges, []map[string]string{{"subnet": h.Subnet6.String()}})
+		routes = append(routes, map[string]string{"dst": "::/0"})
+	}
 	return json.MarshalIndent(map[string]any{
 		"cniVersion": "1.0.0",
 		"name":       h.Network,
@@ -99,11 +107,21 @@ func (h *Harness) cniConfig() ([]byte, error) {
 			"ipam": map[string]any{
 				"type":    "host-local",
 				"dataDir": h.IPAMDataDir,
-				"ranges":  [][]map[string]string{{{"subnet": h.Subnet.String()}}},
-				"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
+				"ranges":  ranges,
+				"routes":  routes,
 			},
 		}},
 	}, "", "  ")
+}
+
+// ula64 returns the IPv6 /64 of an instance whose IPv4 /24 is subnet: fd6b:6e63 ("knc") and the
+// /24's second and third bytes, as unique among instances as their /24s.
+func ula64(subnet *net.IPNet) *net.IPNet {
+	v4 := subnet.IP.To4()
+	return &net.IPNet{
+		IP:   net.IP{0xfd, 0x6b, 0x6e, 0x63, 0, v4[1], 0, v4[2], 0, 0, 0, 0, 0, 0, 0, 0},
+		Mask: net.CIDRMask(64, 128),
+	}
 }
 
 // crictlConfig points crictl at the instance, so that CRI_CONFIG_FILE is all a shell needs.

@@ -69,6 +69,10 @@ type Options struct {
 	Crictl string
 	// CNIBinDir holds the CNI plugins (bridge, host-local, loopback). Default: /usr/lib/cni.
 	CNIBinDir string
+	// CNIDualStack gives the instance's CNI network an IPv6 /64 (Harness.Subnet6) next to its
+	// IPv4 /24: pods get an address of each, IPv4 first. The CNI bridge plugin then turns the
+	// host's IPv6 forwarding on (net.ipv6.conf.all.forwarding), as it does IPv4's for any instance.
+	CNIDualStack bool
 	// NRIRequestTimeout is NRI's plugin_request_timeout. Default: 2s.
 	NRIRequestTimeout time.Duration
 	// NRIRegistrationTimeout is NRI's plugin_registration_timeout. Default: 5s.
@@ -103,6 +107,7 @@ type Harness struct {
 	Network      string     // CNI network name
 	Bridge       string     // CNI bridge interface name
 	Subnet       *net.IPNet // the bridge's IPv4 /24
+	Subnet6      *net.IPNet // with Options.CNIDualStack, the bridge's IPv6 /64, else nil
 	CNIConfDir   string
 	IPAMDataDir  string // host-local's dataDir; allocations are in IPAMDataDir/Network/<ip>
 	CgroupParent string // cgroup parent of PodConfig's pods
@@ -169,6 +174,9 @@ func (h *Harness) claim(id string, subnet *net.IPNet) (resources, error) {
 	h.CNIConfDir = filepath.Join(h.Root, "cni", "net.d")
 	h.IPAMDataDir = filepath.Join(h.Root, "cni", "ipam")
 	h.CgroupParent = "/knext-" + id
+	if h.opts.CNIDualStack {
+		h.Subnet6 = ula64(subnet)
+	}
 
 	for _, socket := range []string{h.Address + ".ttrpc", h.NRISocket} {
 		if len(socket) >= maxSocketPath {
@@ -357,6 +365,20 @@ func run(ctx context.Context, binary string, args ...string) ([]byte, error) {
 		return stdout.Bytes(), fmt.Errorf("%s %s: %w: %s", binary, strings.Join(args, " "), err, bytes.TrimSpace(stderr.Bytes()))
 	}
 	return stdout.Bytes(), nil
+}
+
+// Reconfigure replaces Options.ExtraConfig and Options.SkipNetworkReadyWait and rewrites the
+// daemon's configuration; the change takes effect at the next Start (or Restart), e.g. to turn
+// disable_cni on for pods that already run.
+func (h *Harness) Reconfigure(extraConfig string, skipNetworkReadyWait bool) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.opts.ExtraConfig, h.opts.SkipNetworkReadyWait = extraConfig, skipNetworkReadyWait
+	config, err := h.containerdConfig()
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(h.ConfigPath, config, 0o644)
 }
 
 // AddCleanup registers fn to run at Close after the pods are removed and before the daemon

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"encoding/json"
 	"net"
 	"strings"
 	"testing"
@@ -87,5 +88,37 @@ func TestHasArgPair(t *testing.T) {
 		if got := hasArgPair(tc.argv, "--config", "/r/config.toml"); got != tc.want {
 			t.Errorf("hasArgPair(%q) = %v, want %v", tc.argv, got, tc.want)
 		}
+	}
+}
+
+func TestCNIConfigDualStack(t *testing.T) {
+	_, subnet, _ := net.ParseCIDR("10.250.7.0/24")
+	h := &Harness{Network: "n", Bridge: "b", IPAMDataDir: "/r/ipam", Subnet: subnet, Subnet6: ula64(subnet)}
+	if got := h.Subnet6.String(); got != "fd6b:6e63:fa:7::/64" {
+		t.Errorf("IPv6 /64 of %s is %s, want fd6b:6e63:fa:7::/64", subnet, got)
+	}
+	data, err := h.cniConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var config struct {
+		Plugins []struct {
+			IPAM struct {
+				Ranges [][]struct {
+					Subnet string `json:"subnet"`
+				} `json:"ranges"`
+				Routes []struct {
+					Dst string `json:"dst"`
+				} `json:"routes"`
+			} `json:"ipam"`
+		} `json:"plugins"`
+	}
+	if err := json.Unmarshal(data, &config); err != nil || len(config.Plugins) != 1 {
+		t.Fatalf("CNI config %s: %v", data, err)
+	}
+	ipam := config.Plugins[0].IPAM
+	if len(ipam.Ranges) != 2 || ipam.Ranges[0][0].Subnet != "10.250.7.0/24" || ipam.Ranges[1][0].Subnet != "fd6b:6e63:fa:7::/64" ||
+		len(ipam.Routes) != 2 || ipam.Routes[1].Dst != "::/0" {
+		t.Errorf("dual-stack CNI config has IPAM %+v, want the /24 then the /64, with a default route for each", ipam)
 	}
 }

@@ -15,13 +15,17 @@
 //	empty   answer with no IP: the plugin owns nothing of the pod
 //	error   fail the request
 //	hang    never answer (until the process ends)
+//	slow D  answer after waiting the Go duration D, whatever the request's deadline: like a
+//	        plugin that is starved or paused, not one that gives up in time
 //	exit    exit the process with status 3 in the middle of the request
 //
 // Values are not validated: invalid IPs reach the runtime as written.
 //
 // Every request is recorded, when it arrives, as a line "<pod id> <pod name>" appended to
-// <dir>/calls, so the test can count them across restarts of the plugin. The process exits when
-// the runtime closes its connection.
+// <dir>/calls, so the test can count them across restarts of the plugin. The pod lifecycle
+// events RunPodSandbox, StopPodSandbox and RemovePodSandbox are recorded as lines
+// "<event> <pod id> <pod name>" in <dir>/events. The process exits when the runtime closes its
+// connection.
 package main
 
 import (
@@ -48,18 +52,23 @@ const (
 	empty  = "empty"
 	fail   = "error"
 	hang   = "hang"
+	slow   = "slow"
 	exit   = "exit"
 )
 
-// callsFile is the request log in the plugin's directory.
-const callsFile = "calls"
+// The request log and the pod event log in the plugin's directory.
+const (
+	callsFile  = "calls"
+	eventsFile = "events"
+)
 
 type plugin struct {
 	name string
 	dir  string
 
-	callsMu sync.Mutex
-	calls   *os.File
+	logMu  sync.Mutex
+	calls  *os.File
+	events *os.File
 }
 
 func main() {
@@ -72,11 +81,13 @@ func main() {
 		log.Fatal("testplugin: -socket and -dir are required")
 	}
 
-	calls, err := os.OpenFile(filepath.Join(*dir, callsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		log.Fatalf("testplugin %s: %v", *name, err)
+	p := &plugin{name: *name, dir: *dir}
+	for file, f := range map[string]**os.File{callsFile: &p.calls, eventsFile: &p.events} {
+		var err error
+		if *f, err = os.OpenFile(filepath.Join(*dir, file), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
+			log.Fatalf("testplugin %s: %v", *name, err)
+		}
 	}
-	p := &plugin{name: *name, dir: *dir, calls: calls}
 	s, err := stub.New(p, stub.WithSocketPath(*socket), stub.WithPluginName(*name), stub.WithPluginIdx(*idx))
 	if err != nil {
 		log.Fatalf("testplugin %s: %v", *name, err)
@@ -88,7 +99,7 @@ func main() {
 
 // PodSandboxStatus implements stub.PodSandboxStatusInterface, which subscribes the plugin.
 func (p *plugin) PodSandboxStatus(_ context.Context, pod *api.PodSandbox) (*api.PodSandboxStatusResponse, error) {
-	if err := p.record(pod); err != nil {
+	if err := p.record(p.calls, pod.GetId(), pod.GetName()); err != nil {
 		return nil, err
 	}
 	annotations := pod.GetAnnotations()
@@ -100,13 +111,17 @@ func (p *plugin) PodSandboxStatus(_ context.Context, pod *api.PodSandbox) (*api.
 		time.Sleep(d)
 	}
 
-	switch behaviour := p.behaviour(pod); behaviour {
+	behaviour, argument, _ := strings.Cut(p.behaviour(pod), " ")
+	switch behaviour {
 	case answer:
-		resp := &api.PodSandboxStatusResponse{Ip: p.annotation(annotations, "ip")}
-		if list := p.annotation(annotations, "additional-ips"); list != "" {
-			resp.AdditionalIps = strings.Split(list, ",")
+		return p.answer(annotations), nil
+	case slow:
+		d, err := time.ParseDuration(argument)
+		if err != nil {
+			return nil, fmt.Errorf("testplugin %s: pod %s: behaviour %q: %w", p.name, pod.GetName(), slow+" "+argument, err)
 		}
-		return resp, nil
+		time.Sleep(d)
+		return p.answer(annotations), nil
 	case empty:
 		return &api.PodSandboxStatusResponse{}, nil
 	case fail:
@@ -124,12 +139,36 @@ func (p *plugin) PodSandboxStatus(_ context.Context, pod *api.PodSandbox) (*api.
 	}
 }
 
-// record appends the request to the request log.
-func (p *plugin) record(pod *api.PodSandbox) error {
-	p.callsMu.Lock()
-	defer p.callsMu.Unlock()
-	if _, err := fmt.Fprintf(p.calls, "%s %s\n", pod.GetId(), pod.GetName()); err != nil {
-		return fmt.Errorf("testplugin %s: record request: %w", p.name, err)
+// answer is the answer the pod's annotations describe.
+func (p *plugin) answer(annotations map[string]string) *api.PodSandboxStatusResponse {
+	resp := &api.PodSandboxStatusResponse{Ip: p.annotation(annotations, "ip")}
+	if list := p.annotation(annotations, "additional-ips"); list != "" {
+		resp.AdditionalIps = strings.Split(list, ",")
+	}
+	return resp
+}
+
+// RunPodSandbox implements stub.RunPodInterface: it records the event.
+func (p *plugin) RunPodSandbox(_ context.Context, pod *api.PodSandbox) error {
+	return p.record(p.events, "RunPodSandbox", pod.GetId(), pod.GetName())
+}
+
+// StopPodSandbox implements stub.StopPodInterface: it records the event.
+func (p *plugin) StopPodSandbox(_ context.Context, pod *api.PodSandbox) error {
+	return p.record(p.events, "StopPodSandbox", pod.GetId(), pod.GetName())
+}
+
+// RemovePodSandbox implements stub.RemovePodInterface: it records the event.
+func (p *plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error {
+	return p.record(p.events, "RemovePodSandbox", pod.GetId(), pod.GetName())
+}
+
+// record appends a line of fields to a log.
+func (p *plugin) record(to *os.File, fields ...string) error {
+	p.logMu.Lock()
+	defer p.logMu.Unlock()
+	if _, err := fmt.Fprintln(to, strings.Join(fields, " ")); err != nil {
+		return fmt.Errorf("testplugin %s: record %v: %w", p.name, fields, err)
 	}
 	return nil
 }

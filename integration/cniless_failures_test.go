@@ -1,0 +1,191 @@
+package integration
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/knext-dev/knext/integration/harness"
+)
+
+// noIPError is how a CNI-less RunPodSandbox fails when no NRI plugin gave the pod an IP
+// (DESIGN.md C9); it names the sandbox, which the client is never told otherwise.
+var noIPError = regexp.MustCompile(`pod sandbox "([0-9a-f]{64})" has no IP: CNI is disabled \(disable_cni\)`)
+
+// wantNoIPFailure checks that err is that failure and says each of parts, and that the failed
+// sandbox left nothing behind: no pod in CRI (nor crictl pods), no sandbox or container in
+// containerd, no network namespace beyond the livePods' own. It returns the sandbox's ID.
+func (n *cniLessNode) wantNoIPFailure(t *testing.T, err error, livePods int, parts ...string) string {
+	t.Helper()
+	if err == nil {
+		t.Fatal("RunPodSandbox succeeded, want it to fail for want of an IP")
+	}
+	match := noIPError.FindStringSubmatch(err.Error())
+	if match == nil {
+		t.Fatalf("RunPodSandbox failed with %q, want a failure matching %q", err, noIPError)
+	}
+	for _, part := range parts {
+		if !strings.Contains(err.Error(), part) {
+			t.Errorf("RunPodSandbox failed with %q, which does not say %q", err, part)
+		}
+	}
+	id := match[1]
+
+	var leftovers []string
+	pods, err := n.h.Runtime.ListPodSandbox(n.ctx, &criruntime.ListPodSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != livePods {
+		leftovers = append(leftovers, fmt.Sprintf("CRI lists %d pods, want %d: %v", len(pods.Items), livePods, pods.Items))
+	}
+	out, err := n.h.Crictl(n.ctx, "pods", "-q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(out), id) {
+		leftovers = append(leftovers, "crictl pods lists it")
+	}
+	for _, args := range [][]string{{"sandboxes", "ls"}, {"containers", "ls", "-q"}} {
+		out, err := n.h.Ctr(n.ctx, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(out), id) {
+			leftovers = append(leftovers, "ctr "+strings.Join(args, " ")+" lists it")
+		}
+	}
+	if netns := netnsCount(t, n.h); netns != livePods {
+		leftovers = append(leftovers, fmt.Sprintf("%d network namespaces, want %d", netns, livePods))
+	}
+	for _, dir := range []string{"root", "state"} {
+		if _, err := os.Stat(filepath.Join(n.h.Root, dir, "io.containerd.grpc.v1.cri", "sandboxes", id)); !os.IsNotExist(err) {
+			leftovers = append(leftovers, fmt.Sprintf("its directory in containerd's %s is there (err %v)", dir, err))
+		}
+	}
+	if len(leftovers) > 0 {
+		t.Errorf("the failed pod sandbox %s left something behind: %s\ncontainerd's rollback of it: %q",
+			id, strings.Join(leftovers, "; "), logLines(t, n.h.LogPath, "cleaning up failed sandbox", id))
+	}
+	return id
+}
+
+// wantTornDown checks that plugin saw pod sandbox id run, then stop and be removed.
+func wantTornDown(t *testing.T, plugin *testPlugin, id string) {
+	t.Helper()
+	want := []string{"RunPodSandbox", "StopPodSandbox", "RemovePodSandbox"}
+	if got := plugin.podEvents(t, id); !slices.Equal(got, want) {
+		t.Errorf("NRI plugin %s got events %v for the failed pod sandbox %s, want %v", plugin.nriName(), got, id, want)
+	}
+}
+
+// C8, C9: with disable_cni, a pod that no NRI plugin gives an IP fails RunPodSandbox, as with a
+// failed CNI ADD, naming what each plugin answered, and leaves nothing behind (also what the
+// network plugin set up for it); with network_plugin set, NetworkReady follows that plugin only,
+// whatever other plugin is connected.
+func TestCNILessPodWithoutIPFailsToStart(t *testing.T) {
+	t.Parallel()
+	// A /30 holds one pod address: a later pod getting it proves that a failed pod released it.
+	var pool string
+	n := startCNILessNodeFollowing(t, "bridge", func(h *harness.Harness) []string {
+		pool = netip.PrefixFrom(netip.MustParsePrefix(ipv4Subnet(h)).Addr(), 30).String()
+		return []string{"-ipv4-subnet", pool}
+	})
+	only := netip.MustParsePrefix(pool).Addr().Next().Next().String()
+	run := func(config *criruntime.PodSandboxConfig) error {
+		_, err := n.h.Runtime.RunPodSandbox(n.ctx, &criruntime.RunPodSandboxRequest{Config: config})
+		return err
+	}
+
+	// No NRI plugin at all.
+	n.wantNoIPFailure(t, run(n.h.PodConfig("web")), 0, "and no connected NRI plugin is subscribed to PodSandboxStatus")
+
+	// Only a plugin that owns no IP of any pod: the network is not ready, and a pod fails naming
+	// that plugin's answer.
+	other := startTestPlugin(t, n.ctx, n.h, "20", "other")
+	other.behave(t, "", behaveEmpty)
+	if cond := networkCondition(t, n.ctx, n.h); cond.Status || cond.Reason != "NRINetworkPluginNotReady" || !strings.Contains(cond.Message, `"bridge" (network_plugin)`) {
+		t.Errorf("with only NRI plugin %s connected: NetworkReady %v, reason %q, message %q; want false, NRINetworkPluginNotReady, naming network_plugin \"bridge\"",
+			other.nriName(), cond.Status, cond.Reason, cond.Message)
+	}
+	id := n.wantNoIPFailure(t, run(n.h.PodConfig("web")), 0,
+		"and no NRI plugin reported one: NRI plugin "+other.nriName()+" answered that it owns no IP of the pod")
+	wantTornDown(t, other, id)
+
+	n.startBridge(t)
+
+	// nri-bridge wires the pod (a veth, the pool's only address), but the other plugin claims
+	// another primary IP: the seed status query fails, and every plugin tears the pod down.
+	claimed := annotatedPodConfig(n.h, "claimed", map[string]string{pluginAnnotation(other.name, "ip"): "192.0.2.140"})
+	other.behave(t, "claimed", "answer")
+	id = n.wantNoIPFailure(t, run(claimed), 0, "conflicting primary pod IPs", "plugin "+nriBridgeName+" reports "+only, "plugin "+other.nriName()+" reports 192.0.2.140")
+	wantTornDown(t, other, id)
+	if ports := bridgePorts(t, n.h); ports != 0 {
+		t.Errorf("the failed pod sandbox %s left %d ports on bridge %s", id, ports, n.h.Bridge)
+	}
+
+	// The same pod as the first failure starts now: nothing kept its name, and it gets the
+	// address the failed pod had.
+	web := n.runBridgePod(t, "web")
+	n.wantBridgeIPs(t, web, "live", only)
+
+	// nri-bridge gone: the network is not ready although the other plugin is still connected.
+	n.killBridge(t)
+	if exited, err := other.process.Exited(); exited {
+		t.Fatalf("NRI plugin %s exited: %v", other.nriName(), err)
+	}
+}
+
+// C8: a pod that CNI set up before disable_cni was turned on is still torn down by CNI (DEL),
+// so that host-local releases its address; no CNI ADD runs any more.
+func TestCNIDisabledUnderRunningCNIPod(t *testing.T) {
+	t.Parallel()
+	binDir, invocations := recordingCNIBinDir(t)
+	h, ctx := startHarness(t, harness.Options{CNIBinDir: binDir})
+	config := h.PodConfig("cni-pod")
+	id := runPod(t, ctx, h, config)
+	runContainer(t, ctx, h, id, config, "sleeper")
+	ip := cniIPOf(t, h, id)
+	if ports := bridgePorts(t, h); ports != 1 {
+		t.Fatalf("bridge %s has %d ports with one pod, want 1", h.Bridge, ports)
+	}
+
+	if err := h.Reconfigure(cniDisabled, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := len(cniInvocations(t, invocations))
+	if status := podStatus(t, ctx, h, id); status.GetState() != criruntime.PodSandboxState_SANDBOX_READY || status.GetNetwork().GetIp() != ip {
+		t.Errorf("with CNI disabled, CNI's pod %s is %s with IP %q, want READY with %s", id, status.GetState(), status.GetNetwork().GetIp(), ip)
+	}
+	if _, err := h.Runtime.RunPodSandbox(ctx, &criruntime.RunPodSandboxRequest{Config: h.PodConfig("after")}); err == nil ||
+		!strings.Contains(err.Error(), "no connected NRI plugin is subscribed to PodSandboxStatus") {
+		t.Errorf("a new pod without NRI plugin and CNI disabled: error %v, want one saying no NRI plugin is subscribed", err)
+	}
+
+	if _, err := h.Runtime.StopPodSandbox(ctx, &criruntime.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+		t.Fatalf("stop CNI's pod %s with CNI disabled: %v", id, err)
+	}
+	calls := cniInvocations(t, invocations)[before:]
+	if !slices.Contains(calls, "bridge DEL") || slices.ContainsFunc(calls, func(c string) bool { return strings.HasSuffix(c, " ADD") }) {
+		t.Errorf("CNI invocations with CNI disabled: %v; want the pod's bridge DEL and no ADD", calls)
+	}
+	if _, err := os.Stat(allocationFile(h, ip)); !os.IsNotExist(err) {
+		t.Errorf("stopped pod %s: host-local still holds %s (err %v)", id, ip, err)
+	}
+	if ports := bridgePorts(t, h); ports != 0 {
+		t.Errorf("stopped pod %s: bridge %s still has %d ports", id, h.Bridge, ports)
+	}
+	if _, err := h.Runtime.RemovePodSandbox(ctx, &criruntime.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
+		t.Fatalf("remove CNI's pod %s with CNI disabled: %v", id, err)
+	}
+}
