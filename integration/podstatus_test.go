@@ -725,6 +725,10 @@ func TestPodStatusPluginCalls(t *testing.T) {
 	if _, err := h.Runtime.StopContainer(ctx, &criruntime.StopContainerRequest{ContainerId: container, Timeout: 1}); err != nil {
 		t.Fatal(err)
 	}
+	// containerd 2.4.2 can return from StopContainer while the container's exit is still being
+	// handled (its task is gone, its state still RUNNING), and then refuses to remove it: wait
+	// for the exit, as the kubelet's retries do.
+	waitContainerExited(t, ctx, h, container)
 	if _, err := h.Runtime.RemoveContainer(ctx, &criruntime.RemoveContainerRequest{ContainerId: container}); err != nil {
 		t.Fatal(err)
 	}
@@ -870,5 +874,25 @@ func TestPodStatusWithoutIPIsUpstreams(t *testing.T) {
 		withoutPodNetwork := proto.Clone(a.verbose).(*criruntime.PodSandboxStatusResponse)
 		delete(withoutPodNetwork.Info, podNetworkInfoKey)
 		wantSameBytes(t, "verbose status of pod "+id+" by "+a.by+", its podNetwork entry left out", withoutPodNetwork, upstreamVerbose)
+	}
+}
+
+// waitContainerExited waits until CRI reports container exited.
+func waitContainerExited(t *testing.T, ctx context.Context, h *harness.Harness, container string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := h.Runtime.ContainerStatus(ctx, &criruntime.ContainerStatusRequest{ContainerId: container})
+		if err != nil {
+			t.Fatalf("status of container %s: %v", container, err)
+		}
+		state := resp.GetStatus().GetState()
+		if state == criruntime.ContainerState_CONTAINER_EXITED {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("container %s is still %s 30 s after it was stopped", container, state)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
