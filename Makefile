@@ -35,7 +35,10 @@ export KNEXT_UPSTREAM_BIN_DIR := $(UPSTREAM_BIN)
 export KNEXT_BIN_DIR := $(BIN)
 export KNEXT_IMAGES_DIR := $(IMAGES)
 
-.PHONY: all src build upstream images demo test integration bench patches verify verify-proto clean
+# The kubelet of the kubelet end-to-end suite, pinned in contrib/kubelet/go.mod and cached by version.
+export KNEXT_KUBELET := $(shell contrib/kubelet/build.sh -path $(BUILD)/kubelet)
+
+.PHONY: all src build upstream images kubelet demo test integration bench patches verify verify-proto clean
 all: build
 
 src: $(SRC_STAMP)
@@ -62,17 +65,21 @@ images: build
 	go run ./contrib/images -pause-binary $(IMAGES)/pause -busybox /bin/busybox \
 		-nri-bridge-binary $(BIN)/nri-bridge -nri-bridge-image knext.local/nri-bridge:$(TAG) -out $(IMAGES)
 
+# Builds the pinned kubelet from the Go module proxy unless $(KNEXT_KUBELET) is already there.
+kubelet:
+	@contrib/kubelet/build.sh $(BUILD)/kubelet >/dev/null
+
 # The README's run command: a real pod on a self-contained knext containerd under build/demo.
 demo: build images
 	@contrib/ci/check-deps.sh
 	go build -o $(BIN)/knext-demo ./contrib/demo
 	$(BIN)/knext-demo -root $(BUILD)/demo
 
-integration: build upstream images
-	go test -race -count=1 -p 2 ./integration/...
+integration: build upstream images kubelet
+	go test -race -count=1 -p 2 -timeout 30m ./integration/...
 
 # The README's test command: every suite, counted per suite (contrib/ci/test.sh).
-test: build upstream images
+test: build upstream images kubelet
 	@contrib/ci/check-deps.sh
 	@contrib/build/verify.sh
 	@contrib/build/verify-proto.sh
