@@ -37,8 +37,11 @@ export KNEXT_IMAGES_DIR := $(IMAGES)
 
 # The kubelet of the kubelet end-to-end suite, pinned in contrib/kubelet/go.mod and cached by version.
 export KNEXT_KUBELET := $(shell contrib/kubelet/build.sh -path $(BUILD)/kubelet)
+# `make release`'s tarball (contrib/release), which a test unpacks and runs the demo from.
+RELEASE_DIR := $(BUILD)/release
+export KNEXT_RELEASE := $(RELEASE_DIR)/knext-$(TAG)-linux-$(shell go env GOARCH).tar.gz
 
-.PHONY: all src build upstream images kubelet demo test integration bench patches verify verify-proto clean
+.PHONY: all src build upstream images kubelet release demo test integration bench patches verify verify-proto clean
 all: build
 
 src: $(SRC_STAMP)
@@ -69,17 +72,21 @@ images: build
 kubelet:
 	@contrib/kubelet/build.sh $(BUILD)/kubelet >/dev/null
 
+# The release tarball and its checksum file in $(RELEASE_DIR) (docs/release.md).
+release: build images
+	@contrib/release/release.sh $(BIN) $(IMAGES) $(KNEXT_RELEASE)
+
 # The README's run command: a real pod on a self-contained knext containerd under build/demo.
 demo: build images
 	@contrib/ci/check-deps.sh
 	go build -o $(BIN)/knext-demo ./contrib/demo
 	$(BIN)/knext-demo -root $(BUILD)/demo
 
-integration: build upstream images kubelet
+integration: build upstream images kubelet release
 	go test -race -count=1 -p 2 -timeout 30m ./integration/...
 
 # The README's test command: every suite, counted per suite (contrib/ci/test.sh).
-test: build upstream images kubelet
+test: build upstream images kubelet release
 	@contrib/ci/check-deps.sh
 	@contrib/build/verify.sh
 	@contrib/build/verify-proto.sh
