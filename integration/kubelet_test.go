@@ -382,6 +382,10 @@ func (n *kubeletNode) wantUnchanged(t *testing.T, pods map[string]*corev1.Pod, s
 	t.Helper()
 	recreations := 0
 	for name, first := range started {
+		if pods[name] == nil {
+			t.Errorf("the kubelet no longer reports pod %s", name)
+			continue
+		}
 		if got := podIPs(pods[name]); !slices.Equal(got, first.ips) {
 			t.Errorf("the kubelet reports pod %s with IPs %v, it started with %v", name, got, first.ips)
 		}
