@@ -14,8 +14,11 @@ CONTAINERD_MOD := github.com/containerd/containerd/v2
 UPSTREAM_VERSION = $(shell GOWORK=off go list -m -f '{{.Version}}' $(CONTAINERD_MOD))
 REVISION = $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 VERSION_PKG := $(CONTAINERD_MOD)/version
+VERSION = $(UPSTREAM_VERSION)+knext.$(REVISION)
+# Image tags and file names cannot hold the '+': v2.4.2+knext.<revision> is tagged v2.4.2-knext.<revision>.
+TAG = $(subst +,-,$(VERSION))
 LDFLAGS = -X $(VERSION_PKG).Package=github.com/knext-dev/knext \
-	-X $(VERSION_PKG).Version=$(UPSTREAM_VERSION)+knext.$(REVISION) \
+	-X $(VERSION_PKG).Version=$(VERSION) \
 	-X $(VERSION_PKG).Revision=$(REVISION)
 # Upstream's own tags: no man-page generator in the daemon; the shim without gRPC.
 GO_TAGS := urfave_cli_no_docs
@@ -32,7 +35,13 @@ export KNEXT_UPSTREAM_BIN_DIR := $(UPSTREAM_BIN)
 export KNEXT_BIN_DIR := $(BIN)
 export KNEXT_IMAGES_DIR := $(IMAGES)
 
-.PHONY: all src build upstream images demo test integration bench patches verify verify-proto clean
+# The kubelet of the kubelet end-to-end suite, pinned in contrib/kubelet/go.mod and cached by version.
+export KNEXT_KUBELET := $(shell contrib/kubelet/build.sh -path $(BUILD)/kubelet)
+# `make release`'s tarball (contrib/release), which a test unpacks and runs the demo from.
+RELEASE_DIR := $(BUILD)/release
+export KNEXT_RELEASE := $(RELEASE_DIR)/knext-$(TAG)-linux-$(shell go env GOARCH).tar.gz
+
+.PHONY: all src build upstream images kubelet release demo test integration bench patches verify verify-proto clean
 all: build
 
 src: $(SRC_STAMP)
@@ -40,21 +49,32 @@ $(SRC_STAMP): go.mod $(PATCHES) $(wildcard contrib/build/*.sh)
 	@contrib/build/src.sh $(BUILD)
 	@touch $@
 
+# nri-bridge is static: the same binary runs on the host and in nri-bridge's image.
 build: src
 	go build -tags "$(GO_TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN)/containerd ./cmd/containerd
 	CGO_ENABLED=0 go build -tags "$(SHIM_TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN)/containerd-shim-runc-v2 $(CONTAINERD_MOD)/cmd/containerd-shim-runc-v2
 	go build -tags "$(GO_TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN)/ctr $(CONTAINERD_MOD)/cmd/ctr
-	go build -o $(BIN)/nri-bridge ./cmd/nri-bridge
+	CGO_ENABLED=0 go build -o $(BIN)/nri-bridge ./cmd/nri-bridge
 
 upstream:
 	@dir=$$(GOWORK=off go mod download -json $(CONTAINERD_MOD)@$(UPSTREAM_VERSION) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p'); \
 	GOWORK=off go build -C $$dir -tags "$(GO_TAGS)" -o $(UPSTREAM_BIN)/containerd ./cmd/containerd && \
 	GOWORK=off CGO_ENABLED=0 go build -C $$dir -tags "$(SHIM_TAGS)" -o $(UPSTREAM_BIN)/containerd-shim-runc-v2 ./cmd/containerd-shim-runc-v2
 
-# Test images (contrib/images/testimages): knext.local/pause:3.10, knext.local/busybox:1.35.
-images:
+# Image archives (contrib/images/testimages): the test images knext.local/pause:3.10 and
+# knext.local/busybox:1.35, and nri-bridge's image knext.local/nri-bridge:$(TAG).
+images: build
 	CGO_ENABLED=0 go build -trimpath -ldflags=-s -o $(IMAGES)/pause ./contrib/images/pause
-	go run ./contrib/images -pause-binary $(IMAGES)/pause -busybox /bin/busybox -out $(IMAGES)
+	go run ./contrib/images -pause-binary $(IMAGES)/pause -busybox /bin/busybox \
+		-nri-bridge-binary $(BIN)/nri-bridge -nri-bridge-image knext.local/nri-bridge:$(TAG) -out $(IMAGES)
+
+# Builds the pinned kubelet from the Go module proxy unless $(KNEXT_KUBELET) is already there.
+kubelet:
+	@contrib/kubelet/build.sh $(BUILD)/kubelet >/dev/null
+
+# The release tarball and its checksum file in $(RELEASE_DIR) (docs/release.md).
+release: build images
+	@contrib/release/release.sh $(BIN) $(IMAGES) $(KNEXT_RELEASE)
 
 # The README's run command: a real pod on a self-contained knext containerd under build/demo.
 demo: build images
@@ -62,11 +82,11 @@ demo: build images
 	go build -o $(BIN)/knext-demo ./contrib/demo
 	$(BIN)/knext-demo -root $(BUILD)/demo
 
-integration: build upstream images
-	go test -race -count=1 -p 2 ./integration/...
+integration: build upstream images kubelet release
+	go test -race -count=1 -p 2 -timeout 30m ./integration/...
 
 # The README's test command: every suite, counted per suite (contrib/ci/test.sh).
-test: build upstream images
+test: build upstream images kubelet release
 	@contrib/ci/check-deps.sh
 	@contrib/build/verify.sh
 	@contrib/build/verify-proto.sh

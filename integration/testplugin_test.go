@@ -237,6 +237,22 @@ func (p *testPlugin) behave(t *testing.T, pod, behaviour string) {
 	}
 }
 
+// slowDown makes the plugin wait d before every answer (the control file wins over the delay
+// annotation); d 0 removes the setting.
+func (p *testPlugin) slowDown(t *testing.T, d time.Duration) {
+	t.Helper()
+	file := filepath.Join(p.dir, "delay")
+	var err error
+	if d == 0 {
+		err = os.Remove(file)
+	} else {
+		err = os.WriteFile(file, []byte(d.String()), 0o644)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // calls counts the plugin's PodSandboxStatus requests for pod sandbox podID, across restarts
 // of the plugin; podID "" counts every request.
 func (p *testPlugin) calls(t *testing.T, podID string) int {

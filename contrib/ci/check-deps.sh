@@ -16,6 +16,9 @@ need /bin/busybox "apt-get install busybox-static; $deps"
 need protoc "apt-get install protobuf-compiler; $deps"
 need ip "apt-get install iproute2; $deps"
 need unshare "apt-get install util-linux; $deps"
+need findmnt "apt-get install util-linux; $deps"
+need mount "apt-get install mount; $deps"
+need tar "apt-get install tar; $deps"
 if [ "$(id -u)" != 0 ]; then missing+=("root (containers, netns and mounts need it)"); fi
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "missing prerequisites:" >&2

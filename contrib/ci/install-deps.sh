@@ -14,7 +14,7 @@ apt_packages=(
 	busybox-static              # the busybox test image
 	protobuf-compiler           # protoc, to regenerate NRI's protobuf code
 	libseccomp-dev pkg-config   # runc with seccomp
-	util-linux                  # unshare for upstream's integration tests
+	util-linux mount            # unshare, findmnt, mount: upstream's integration tests, the kubelet suite
 	strace procps               # upstream's TestIssue7496 delays with strace; restart tests use pkill
 	iptables git make gcc
 )

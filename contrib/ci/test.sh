@@ -38,7 +38,11 @@ run_suite containerd-unit contrib/ci/upstream/containerd-unit.sh
 # A few seconds of coverage-guided fuzzing of the merge and validation of plugin answers.
 run_suite nri-fuzz go test -json -run '^$' -fuzz '^FuzzMergePodSandboxStatus$' -fuzztime 5s \
 	github.com/containerd/nri/pkg/adaptation
-run_suite knext-integration go test -race -count=1 -p 2 -json ./integration/...
+run_suite knext-integration go test -race -count=1 -p 2 -json -timeout 20m -skip '^TestKubelet' ./integration/...
+# A real kubelet on knext (integration/kubelet_test.go); its figures follow its row.
+figures=$logs/kubelet-figures.txt
+KNEXT_TEST_FIGURES=$figures run_suite kubelet-e2e go test -race -count=1 -json -timeout 30m -run '^TestKubelet' ./integration
+[ -s "$figures" ] && sed 's/^/    /' "$figures"
 run_suite cri-integration-upstream contrib/ci/upstream/cri-integration-upstream.sh
 
 echo

@@ -1,9 +1,11 @@
-// Command images writes knext's test image archives (see package testimages for names and
-// contents) into a directory:
+// Command images writes knext's test image archives and nri-bridge's image archive (see package
+// testimages for names and contents) into a directory:
 //
-//	go run ./contrib/images -pause-binary build/images/pause -busybox /bin/busybox -out build/images
+//	go run ./contrib/images -pause-binary build/images/pause -busybox /bin/busybox \
+//		-nri-bridge-binary build/bin/nri-bridge -nri-bridge-image knext.local/nri-bridge:<tag> -out build/images
 //
-// -pause-binary is contrib/images/pause built statically (CGO_ENABLED=0).
+// -pause-binary is contrib/images/pause built statically (CGO_ENABLED=0), and so is
+// -nri-bridge-binary (`make build`).
 package main
 
 import (
@@ -19,19 +21,21 @@ import (
 func main() {
 	pauseBinary := flag.String("pause-binary", "", "static pause executable (built from ./contrib/images/pause)")
 	busybox := flag.String("busybox", "/bin/busybox", "statically linked busybox (Debian package busybox-static)")
-	out := flag.String("out", "", "directory to write "+testimages.PauseArchive+" and "+testimages.BusyboxArchive+" into")
+	nriBridgeBinary := flag.String("nri-bridge-binary", "", "static nri-bridge executable")
+	nriBridgeImage := flag.String("nri-bridge-image", "", "name of nri-bridge's image: "+testimages.NRIBridgeRepository+":<knext version>")
+	out := flag.String("out", "", "directory to write "+testimages.PauseArchive+", "+testimages.BusyboxArchive+" and "+testimages.NRIBridgeArchive+" into")
 	flag.Parse()
-	if *pauseBinary == "" || *out == "" || flag.NArg() != 0 {
+	if *pauseBinary == "" || *nriBridgeBinary == "" || *nriBridgeImage == "" || *out == "" || flag.NArg() != 0 {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := writeArchives(*out, *pauseBinary, *busybox); err != nil {
+	if err := writeArchives(*out, *pauseBinary, *busybox, *nriBridgeBinary, *nriBridgeImage); err != nil {
 		fmt.Fprintln(os.Stderr, "images:", err)
 		os.Exit(1)
 	}
 }
 
-func writeArchives(dir, pauseBinary, busybox string) error {
+func writeArchives(dir, pauseBinary, busybox, nriBridgeBinary, nriBridgeImage string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -40,8 +44,13 @@ func writeArchives(dir, pauseBinary, busybox string) error {
 	}); err != nil {
 		return err
 	}
-	return writeFile(filepath.Join(dir, testimages.BusyboxArchive), func(w io.Writer) error {
+	if err := writeFile(filepath.Join(dir, testimages.BusyboxArchive), func(w io.Writer) error {
 		return testimages.WriteBusybox(w, busybox)
+	}); err != nil {
+		return err
+	}
+	return writeFile(filepath.Join(dir, testimages.NRIBridgeArchive), func(w io.Writer) error {
+		return testimages.WriteNRIBridge(w, nriBridgeImage, nriBridgeBinary)
 	})
 }
 

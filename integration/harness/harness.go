@@ -111,6 +111,7 @@ type Harness struct {
 	CNIConfDir   string
 	IPAMDataDir  string // host-local's dataDir; allocations are in IPAMDataDir/Network/<ip>
 	CgroupParent string // cgroup parent of PodConfig's pods
+	NetNSDir     string // where containerd mounts pods' network namespaces (created with the first)
 
 	Runtime criruntime.RuntimeServiceClient
 	Images  criruntime.ImageServiceClient
@@ -177,6 +178,8 @@ func (h *Harness) claim(id string, subnet *net.IPNet) (resources, error) {
 	if h.opts.CNIDualStack {
 		h.Subnet6 = ula64(subnet)
 	}
+	// netns_mounts_under_state_dir: the CRI plugin's state directory instead of /var/run/netns.
+	h.NetNSDir = filepath.Join(h.Root, "state", "io.containerd.grpc.v1.cri", "netns")
 
 	for _, socket := range []string{h.Address + ".ttrpc", h.NRISocket} {
 		if len(socket) >= maxSocketPath {
@@ -456,17 +459,29 @@ func (h *Harness) Close() error {
 	return nil
 }
 
-// LogTail returns the last n lines of the daemon log, headed by its path.
+// LogTail returns the last n lines of the daemon log, headed by its path. Trace lines (every CRI
+// request and response, when Options.LogLevel is trace) are left out: they would crowd out the rest.
 func (h *Harness) LogTail(n int) string {
-	data, err := os.ReadFile(h.LogPath)
+	return Tail(h.LogPath, n, func(line string) bool { return !strings.Contains(line, "level=trace") })
+}
+
+// Tail returns the last n lines of the log file path that keep accepts (all if keep is nil),
+// headed by the path.
+func Tail(path string, n int, keep func(line string) bool) string {
+	data, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Sprintf("(no containerd log: %v)", err)
+		return fmt.Sprintf("(no log: %v)", err)
 	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	var lines []string
+	for line := range strings.SplitSeq(strings.TrimRight(string(data), "\n"), "\n") {
+		if keep == nil || keep(line) {
+			lines = append(lines, line)
+		}
+	}
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
-	return "last lines of " + h.LogPath + ":\n" + strings.Join(lines, "\n")
+	return "last lines of " + path + ":\n" + strings.Join(lines, "\n")
 }
 
 // permanent marks an error poll must not retry.

@@ -8,6 +8,8 @@
 //	knext.test/additional-ips, knext.test/<name>.additional-ips  comma-separated, verbatim
 //	knext.test/delay                                             Go duration to wait first
 //
+// The file <dir>/delay, a Go duration, wins over the annotation knext.test/delay.
+//
 // Behaviour, first found of: the file <dir>/behavior.<pod name>, the file <dir>/behavior, the
 // annotation knext.test/<name>.behavior, the annotation knext.test/behavior:
 //
@@ -103,13 +105,11 @@ func (p *plugin) PodSandboxStatus(_ context.Context, pod *api.PodSandbox) (*api.
 		return nil, err
 	}
 	annotations := pod.GetAnnotations()
-	if delay := annotations[annotationPrefix+"delay"]; delay != "" {
-		d, err := time.ParseDuration(delay)
-		if err != nil {
-			return nil, fmt.Errorf("testplugin %s: pod %s: annotation %sdelay: %w", p.name, pod.GetName(), annotationPrefix, err)
-		}
-		time.Sleep(d)
+	delay, err := p.delay(pod)
+	if err != nil {
+		return nil, err
 	}
+	time.Sleep(delay)
 
 	behaviour, argument, _ := strings.Cut(p.behaviour(pod), " ")
 	switch behaviour {
@@ -171,6 +171,27 @@ func (p *plugin) record(to *os.File, fields ...string) error {
 		return fmt.Errorf("testplugin %s: record %v: %w", p.name, fields, err)
 	}
 	return nil
+}
+
+// delay returns how long to wait before answering for pod: the control file wins over the
+// annotation.
+func (p *plugin) delay(pod *api.PodSandbox) (time.Duration, error) {
+	source, value := "annotation "+annotationPrefix+"delay", pod.GetAnnotations()[annotationPrefix+"delay"]
+	data, err := os.ReadFile(filepath.Join(p.dir, "delay"))
+	switch {
+	case err == nil:
+		source, value = filepath.Join(p.dir, "delay"), strings.TrimSpace(string(data))
+	case !errors.Is(err, os.ErrNotExist):
+		log.Printf("testplugin %s: %v", p.name, err)
+	}
+	if value == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(value)
+	if err != nil {
+		return 0, fmt.Errorf("testplugin %s: pod %s: %s: %w", p.name, pod.GetName(), source, err)
+	}
+	return d, nil
 }
 
 // behaviour returns what to do for pod: the control files win over the annotations.

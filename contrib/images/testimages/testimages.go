@@ -1,5 +1,5 @@
-// Package testimages writes knext's local test images as OCI image-layout archives that
-// `ctr -n k8s.io images import` accepts; no registry is ever contacted.
+// Package testimages writes knext's local test images, and nri-bridge's deployment image, as OCI
+// image-layout archives that `ctr -n k8s.io images import` accepts; no registry is ever contacted.
 //
 // Images (linux, the build machine's architecture):
 //
@@ -8,6 +8,8 @@
 //   - knext.local/busybox:1.35 (archive busybox.tar): Debian 12's /bin/busybox (package
 //     busybox-static) with one symlink per applet at the path `busybox --list-full` names, a
 //     minimal /etc/passwd and /etc/group, command ["sh"].
+//   - knext.local/nri-bridge:<knext version> (archive nri-bridge.tar): a static nri-bridge as
+//     /usr/local/bin/nri-bridge, its entrypoint; the image of contrib/nri-bridge's manifests.
 //
 // Each archive holds one uncompressed layer; every timestamp is Epoch and every owner root, so the
 // same input binaries always give byte-identical archives.
@@ -39,9 +41,14 @@ const (
 	// BusyboxImage is the general-purpose container image of knext tests.
 	BusyboxImage = "knext.local/busybox:1.35"
 
-	// PauseArchive and BusyboxArchive are the archive file names the images command writes.
-	PauseArchive   = "pause.tar"
-	BusyboxArchive = "busybox.tar"
+	// NRIBridgeRepository is the repository of nri-bridge's image; its tag is knext's version.
+	NRIBridgeRepository = "knext.local/nri-bridge"
+
+	// PauseArchive, BusyboxArchive and NRIBridgeArchive are the archive file names the images
+	// command writes.
+	PauseArchive     = "pause.tar"
+	BusyboxArchive   = "busybox.tar"
+	NRIBridgeArchive = "nri-bridge.tar"
 
 	// containerdImageNameAnnotation tells containerd's importer the full image name.
 	containerdImageNameAnnotation = "io.containerd.image.name"
@@ -109,6 +116,56 @@ func WriteBusybox(w io.Writer, busyboxBinary string) error {
 	}
 	config := ocispec.ImageConfig{Env: []string{defaultPath}, Cmd: []string{"sh"}}
 	return writeImage(w, BusyboxImage, files, config)
+}
+
+// WriteNRIBridge writes nri-bridge's image named name (NRIBridgeRepository:<tag>) with
+// nriBridgeBinary, a static executable, as /usr/local/bin/nri-bridge.
+func WriteNRIBridge(w io.Writer, name, nriBridgeBinary string) error {
+	if !strings.HasPrefix(name, NRIBridgeRepository+":") {
+		return fmt.Errorf("nri-bridge image: name %q is not %s:<tag>", name, NRIBridgeRepository)
+	}
+	binary, err := os.ReadFile(nriBridgeBinary)
+	if err != nil {
+		return fmt.Errorf("nri-bridge image: %w", err)
+	}
+	files := []file{
+		{name: "usr", mode: 0o755, typeflag: tar.TypeDir},
+		{name: "usr/local", mode: 0o755, typeflag: tar.TypeDir},
+		{name: "usr/local/bin", mode: 0o755, typeflag: tar.TypeDir},
+		{name: "usr/local/bin/nri-bridge", mode: 0o755, typeflag: tar.TypeReg, content: binary},
+	}
+	config := ocispec.ImageConfig{Env: []string{defaultPath}, Entrypoint: []string{"/usr/local/bin/nri-bridge"}}
+	return writeImage(w, name, files, config)
+}
+
+// ImageName returns the name of the image in archive, an archive this package wrote.
+func ImageName(archive string) (string, error) {
+	f, err := os.Open(archive)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		header, err := tr.Next()
+		if err == io.EOF {
+			return "", fmt.Errorf("%s: no %s", archive, ocispec.ImageIndexFile)
+		}
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", archive, err)
+		}
+		if header.Name != ocispec.ImageIndexFile {
+			continue
+		}
+		var index ocispec.Index
+		if err := json.NewDecoder(tr).Decode(&index); err != nil {
+			return "", fmt.Errorf("%s: %s: %w", archive, ocispec.ImageIndexFile, err)
+		}
+		if len(index.Manifests) != 1 || index.Manifests[0].Annotations[containerdImageNameAnnotation] == "" {
+			return "", fmt.Errorf("%s: want one named image, the index has %+v", archive, index.Manifests)
+		}
+		return index.Manifests[0].Annotations[containerdImageNameAnnotation], nil
+	}
 }
 
 // blob is a content-addressed object of the image layout.

@@ -100,3 +100,52 @@ func TestBusyboxArchiveHasApplets(t *testing.T) {
 		}
 	}
 }
+
+func TestNRIBridgeArchiveRunsTheBinary(t *testing.T) {
+	binary := filepath.Join(t.TempDir(), "nri-bridge")
+	if err := os.WriteFile(binary, []byte("a static nri-bridge"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const name = NRIBridgeRepository + ":v2.4.2-knext.0123456789ab"
+	archive := filepath.Join(t.TempDir(), NRIBridgeArchive)
+	f, err := os.Create(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteNRIBridge(f, name, binary); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ImageName(archive); err != nil || got != name {
+		t.Errorf("ImageName = %q, %v; want %s", got, err, name)
+	}
+
+	data, err := os.ReadFile(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, _ := readTar(t, data)
+	var index ocispec.Index
+	if err := json.Unmarshal(files[ocispec.ImageIndexFile], &index); err != nil {
+		t.Fatal(err)
+	}
+	var manifest ocispec.Manifest
+	if err := json.Unmarshal(files["blobs/sha256/"+index.Manifests[0].Digest.Encoded()], &manifest); err != nil {
+		t.Fatal(err)
+	}
+	var config ocispec.Image
+	if err := json.Unmarshal(files["blobs/sha256/"+manifest.Config.Digest.Encoded()], &config); err != nil {
+		t.Fatal(err)
+	}
+	layerFiles, _ := readTar(t, files["blobs/sha256/"+manifest.Layers[0].Digest.Encoded()])
+	entrypoint := config.Config.Entrypoint
+	if len(entrypoint) != 1 || string(layerFiles[entrypoint[0][1:]]) != "a static nri-bridge" {
+		t.Errorf("entrypoint %v, layer %v: want the binary as the entrypoint", entrypoint, layerFiles)
+	}
+
+	if err := WriteNRIBridge(io.Discard, "knext.local/other:v1", binary); err == nil {
+		t.Error("an nri-bridge image outside " + NRIBridgeRepository + " was written")
+	}
+}

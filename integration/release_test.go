@@ -1,0 +1,178 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pelletier/go-toml/v2"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/knext-dev/knext/contrib/images/testimages"
+)
+
+// releaseFiles is the content of the release tarball (contrib/release/release.sh).
+var releaseFiles = []string{
+	"bin/containerd", "bin/containerd-shim-runc-v2", "bin/ctr", "bin/nri-bridge",
+	"lib/systemd/system/containerd.service", "lib/systemd/system/nri-bridge.service",
+	"share/doc/knext/cni-less.md", "share/doc/knext/configuration.md", "share/doc/knext/release.md",
+	"share/knext/config.toml", "share/knext/images/nri-bridge.tar",
+	"share/knext/nri-bridge/bridge.conf", "share/knext/nri-bridge/daemonset.yaml", "share/knext/nri-bridge/static-pod.yaml",
+}
+
+var demoBinary onceBuild
+
+// The release tarball of `make release` checks out against its checksum file, holds what it
+// should, names one version everywhere, and works: unpacked into a temporary root, its binaries
+// run the demo (contrib/demo) with its nri-bridge.
+func TestReleaseTarballRunsTheDemo(t *testing.T) {
+	t.Parallel()
+	tarball := os.Getenv("KNEXT_RELEASE")
+	if tarball == "" {
+		t.Fatal("KNEXT_RELEASE is not set: run the tests through make (make release writes the tarball)")
+	}
+	data, err := os.ReadFile(tarball)
+	if err != nil {
+		t.Fatalf("%v (make release writes it)", err)
+	}
+	sum := sha256.Sum256(data)
+	checksum, err := os.ReadFile(tarball + ".sha256sum")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := hex.EncodeToString(sum[:]) + "  " + filepath.Base(tarball) + "\n"; string(checksum) != want {
+		t.Errorf("%s.sha256sum holds %q, want %q", filepath.Base(tarball), checksum, want)
+	}
+
+	root, err := os.MkdirTemp("", "knext-release-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	if out, err := exec.Command("tar", "-C", root, "-xzf", tarball).CombinedOutput(); err != nil {
+		t.Fatalf("unpack %s: %v\n%s", tarball, err, out)
+	}
+	var files []string
+	if err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			files = append(files, strings.TrimPrefix(path, root+"/"))
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(files, releaseFiles) {
+		t.Fatalf("the tarball holds %v, want %v", files, releaseFiles)
+	}
+
+	// One version: the file name's tag, the daemon's version, the image's tag, the manifests' image.
+	tag := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(tarball), "knext-"), "-linux-"+runtime.GOARCH+".tar.gz")
+	// Tags and file names have a '-' where the version has its '+' (the Makefile's TAG).
+	version := strings.Replace(tag, "-knext.", "+knext.", 1)
+	versionOutput, err := exec.Command(filepath.Join(root, "bin", "containerd"), "--version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(versionOutput), " "+version+" ") {
+		t.Errorf("bin/containerd --version says %q, the tarball is release %s", versionOutput, tag)
+	}
+	image, err := testimages.ImageName(filepath.Join(root, "share/knext/images/nri-bridge.tar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if image != testimages.NRIBridgeRepository+":"+tag {
+		t.Errorf("the image archive holds %s, the tarball is release %s", image, tag)
+	}
+	var pod corev1.Pod
+	var ds appsv1.DaemonSet
+	for file, object := range map[string]any{"static-pod.yaml": &pod, "daemonset.yaml": &ds} {
+		data, err := os.ReadFile(filepath.Join(root, "share/knext/nri-bridge", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.UnmarshalStrict(data, object); err != nil {
+			t.Errorf("%s: %v", file, err)
+		}
+	}
+	if pod.Spec.Containers[0].Image != image || ds.Spec.Template.Spec.Containers[0].Image != image {
+		t.Errorf("the manifests run %s and %s, the release's image is %s", pod.Spec.Containers[0].Image,
+			ds.Spec.Template.Spec.Containers[0].Image, image)
+	}
+	unit, err := os.ReadFile(filepath.Join(root, "lib/systemd/system/containerd.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(unit), "\nExecStart=/usr/local/bin/containerd\n") {
+		t.Errorf("containerd.service does not run the tarball's bin/containerd installed in /usr/local:\n%s", unit)
+	}
+
+	wantConfigAccepted(t, filepath.Join(root, "bin", "containerd"), filepath.Join(root, "share/knext/config.toml"))
+
+	demo := demoBinary.get(t, func(dir string) (string, error) {
+		path := filepath.Join(dir, "knext-demo")
+		_, err := goCommand(nil, "build", "-o", path, "github.com/knext-dev/knext/contrib/demo")
+		return path, err
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, demo, "-root", filepath.Join(root, "demo"), "-nri-bridge", filepath.Join(root, "bin", "nri-bridge"))
+	cmd.Env = append(os.Environ(), "KNEXT_BIN_DIR="+filepath.Join(root, "bin"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the demo on the release's binaries failed: %v\n%s", err, out)
+	}
+	for _, want := range []string{"containerd " + version + " is up", `"source": "nri:` + nriBridgeName + `"`, " 0% packet loss"} {
+		if !bytes.Contains(out, []byte(want)) {
+			t.Errorf("the demo's output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// wantConfigAccepted checks that containerd reads the example configuration with every option
+// it sets: `config dump` shows the example's values under the same keys (a misspelled key is
+// dropped, not kept).
+func wantConfigAccepted(t *testing.T, containerd, config string) {
+	t.Helper()
+	dump, err := exec.Command(containerd, "--config", config, "config", "dump").Output()
+	if err != nil {
+		t.Fatalf("containerd config dump of %s: %v", config, err)
+	}
+	var example, dumped map[string]any
+	data, err := os.ReadFile(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := toml.Unmarshal(data, &example); err != nil {
+		t.Fatalf("%s: %v", config, err)
+	}
+	if err := toml.Unmarshal(dump, &dumped); err != nil {
+		t.Fatalf("containerd config dump: %v\n%s", err, dump)
+	}
+	var walk func(prefix string, example, dumped map[string]any)
+	walk = func(prefix string, example, dumped map[string]any) {
+		for key, value := range example {
+			if table, ok := value.(map[string]any); ok {
+				sub, _ := dumped[key].(map[string]any)
+				walk(prefix+key+".", table, sub)
+				continue
+			}
+			if got, ok := dumped[key]; !ok || !reflect.DeepEqual(got, value) {
+				t.Errorf("example config %s = %v: containerd reads %v", prefix+key, value, got)
+			}
+		}
+	}
+	walk("", example, dumped)
+}
