@@ -208,6 +208,9 @@ func runCritest(ctx context.Context, h *harness.Harness, critest, focus, dir str
 	}
 	log.Printf("critest %v", args)
 	cmd := exec.CommandContext(ctx, critest, args...)
+	// Interrupted, Ginkgo still runs the specs' clean-ups and writes its report.
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = time.Minute
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Dir = dir
 	start := time.Now()
