@@ -105,6 +105,7 @@ conformance: build upstream images $(CRITEST)
 # critest is a test binary (go test -c), built in cri-tools' own module from the module cache.
 $(CRITEST):
 	@dir=$$(GOWORK=off go mod download -json sigs.k8s.io/cri-tools@$(CRI_TOOLS_VERSION) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p'); \
+	[ -n "$$dir" ] || { echo "cannot download sigs.k8s.io/cri-tools@$(CRI_TOOLS_VERSION) from the Go module proxy" >&2; exit 1; }; \
 	echo "building critest $(CRI_TOOLS_VERSION) from $$dir"; \
 	GOWORK=off go test -C $$dir -c -o $@ -ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=$(CRI_TOOLS_VERSION:v%=%)" ./cmd/critest
 

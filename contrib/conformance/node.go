@@ -38,7 +38,7 @@ const (
 
 func nodeCommand(args []string) error {
 	fs := flag.NewFlagSet(nodeCommandName, flag.ExitOnError)
-	var p paths
+	var p options
 	p.register(fs)
 	name := fs.String("config", "", "configuration to run")
 	fs.Parse(args)
@@ -56,7 +56,7 @@ func nodeCommand(args []string) error {
 
 // runConfiguration starts the registry and containerd of configuration c in the current (fresh)
 // network namespace, runs critest against them and leaves its report and the logs in dir.
-func runConfiguration(ctx context.Context, c configuration, p paths, dir string) (err error) {
+func runConfiguration(ctx context.Context, c configuration, p options, dir string) (err error) {
 	log.Printf("%s: %s", c.name, c.title)
 	lo, err := netlink.LinkByName("lo")
 	if err != nil {

@@ -41,13 +41,13 @@ func configurationNamed(name string) (configuration, error) {
 	return configuration{}, fmt.Errorf("unknown configuration %q (have %s)", name, strings.Join(names, ", "))
 }
 
-// paths are the inputs of a run, passed on from run to each node.
-type paths struct {
+// options are the inputs of a run, passed on from run to each node.
+type options struct {
 	critest, images, binDir, upstreamBinDir, out string
 	focus                                        string // critest's -ginkgo.focus; empty: every spec
 }
 
-func (p *paths) register(fs *flag.FlagSet) {
+func (p *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.critest, "critest", "", "critest binary (sigs.k8s.io/cri-tools/cmd/critest)")
 	fs.StringVar(&p.images, "images", "", "archive of the images critest pulls (knext-conformance images)")
 	fs.StringVar(&p.binDir, "bin-dir", os.Getenv("KNEXT_BIN_DIR"), "knext's binaries: containerd, containerd-shim-runc-v2, ctr, nri-bridge (make build)")
@@ -56,13 +56,13 @@ func (p *paths) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.focus, "focus", "", "run only the specs matching this regular expression (critest -ginkgo.focus)")
 }
 
-func (p *paths) args() []string {
+func (p *options) args() []string {
 	return []string{"-critest", p.critest, "-images", p.images, "-bin-dir", p.binDir,
 		"-upstream-bin-dir", p.upstreamBinDir, "-out", p.out, "-focus", p.focus}
 }
 
 // check makes the paths absolute and checks that the inputs exist.
-func (p *paths) check() error {
+func (p *options) check() error {
 	var errs []error
 	for _, f := range []struct{ flag, value string }{{"-critest", p.critest}, {"-images", p.images},
 		{"-bin-dir", p.binDir}, {"-upstream-bin-dir", p.upstreamBinDir}, {"-out", p.out}} {
@@ -92,7 +92,7 @@ func (p *paths) check() error {
 
 func runCommand(args []string) error {
 	fs := flag.NewFlagSet("run", flag.ExitOnError)
-	var p paths
+	var p options
 	p.register(fs)
 	parallel := fs.Bool("parallel", false, "run the configurations at the same time (each has its own network namespace)")
 	only := fs.String("only", "", "comma-separated configurations to run (default: all)")
@@ -185,7 +185,7 @@ func printComparison(results []*result) error {
 // own: critest's fixed host ports (12000-12003), the CNI and nri-bridge bridges and firewall
 // rules, host-network pods and critest's shared memory segments all stay in there, so runs
 // neither collide with each other nor touch the host's network.
-func runNode(ctx context.Context, self string, c configuration, p paths) *result {
+func runNode(ctx context.Context, self string, c configuration, p options) *result {
 	r := &result{config: c}
 	dir := filepath.Join(p.out, c.name)
 	start := time.Now()
