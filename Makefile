@@ -41,7 +41,7 @@ export KNEXT_KUBELET := $(shell contrib/kubelet/build.sh -path $(BUILD)/kubelet)
 RELEASE_DIR := $(BUILD)/release
 export KNEXT_RELEASE := $(RELEASE_DIR)/knext-$(TAG)-linux-$(shell go env GOARCH).tar.gz
 
-.PHONY: all src build upstream images kubelet release demo test integration bench patches verify verify-proto clean
+.PHONY: all src build upstream images kubelet release demo test integration bench conformance patches verify verify-proto clean
 all: build
 
 src: $(SRC_STAMP)
@@ -103,6 +103,31 @@ bench: build upstream images
 	go build -o $(BENCH)/statusplugin ./contrib/bench/statusplugin
 	$(BENCH)/knext-bench -knext $(BIN)/containerd -upstream $(UPSTREAM_BIN)/containerd \
 		-plugin $(BENCH)/statusplugin -out $(BENCH)/report.json $(BENCH_FLAGS)
+
+# The CRI validation suite (critest) against upstream containerd with CNI, knext with CNI and knext
+# CNI-less with nri-bridge, in one run, compared (docs/conformance.md); not part of `make test`.
+# critest comes from cri-tools at the version crictl is pinned to; the images it pulls are rebuilt
+# and served locally. Tune it with CONFORMANCE_FLAGS, e.g. "-parallel" or "-only knext-cniless".
+CRI_TOOLS_VERSION := $(shell cat contrib/ci/cri-tools.version)
+CONFORMANCE := $(BUILD)/conformance
+CRITEST := $(CONFORMANCE)/critest-$(CRI_TOOLS_VERSION)
+BUSYBOX_DYNAMIC := /usr/local/lib/knext/busybox
+conformance: build upstream images $(CRITEST)
+	@contrib/ci/check-deps.sh
+	CGO_ENABLED=0 go build -trimpath -ldflags=-s -o $(CONFORMANCE)/fakenginx ./contrib/conformance/fakenginx
+	CGO_ENABLED=0 go build -trimpath -ldflags=-s -o $(CONFORMANCE)/nnp ./contrib/conformance/nnp
+	go build -o $(CONFORMANCE)/knext-conformance ./contrib/conformance
+	$(CONFORMANCE)/knext-conformance images -busybox $(BUSYBOX_DYNAMIC) -pause $(IMAGES)/pause \
+		-fakenginx $(CONFORMANCE)/fakenginx -nnp $(CONFORMANCE)/nnp -out $(CONFORMANCE)/critest-images.tar
+	$(CONFORMANCE)/knext-conformance run -critest $(CRITEST) -images $(CONFORMANCE)/critest-images.tar \
+		-out $(CONFORMANCE)/results $(CONFORMANCE_FLAGS)
+
+# critest is a test binary (go test -c), built in cri-tools' own module from the module cache.
+$(CRITEST):
+	@dir=$$(GOWORK=off go mod download -json sigs.k8s.io/cri-tools@$(CRI_TOOLS_VERSION) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p'); \
+	[ -n "$$dir" ] || { echo "cannot download sigs.k8s.io/cri-tools@$(CRI_TOOLS_VERSION) from the Go module proxy" >&2; exit 1; }; \
+	echo "building critest $(CRI_TOOLS_VERSION) from $$dir"; \
+	GOWORK=off go test -C $$dir -c -o $@ -ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=$(CRI_TOOLS_VERSION:v%=%)" ./cmd/critest
 
 patches:
 	@contrib/build/export.sh $(BUILD) patches

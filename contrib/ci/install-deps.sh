@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Installs everything `make demo`, `make test` and `make bench` need on Debian 12, as root.
+# Installs everything `make demo`, `make test`, `make bench` and `make conformance` need on
+# Debian 12, as root.
 # Idempotent: a second run changes nothing. Versions of Go tools come from the pinned upstream
-# (runc) or are fixed here (crictl), never "latest".
+# (runc) or are fixed in this repository (cri-tools: contrib/ci/cri-tools.version, which
+# `make conformance` builds critest from), never "latest".
 set -euo pipefail
 source "$(dirname "$0")/../build/lib.sh"
 
-CRICTL_VERSION=v1.37.0
+CRI_TOOLS_VERSION=$(tr -d '[:space:]' <"$KNEXT_ROOT/contrib/ci/cri-tools.version")
+# Debian's dynamically linked busybox, the base of the images `make conformance` rebuilds.
+BUSYBOX_DYNAMIC=/usr/local/lib/knext/busybox
 export PATH=/usr/local/go/bin:$PATH GOBIN=/usr/local/bin
 
 apt_packages=(
@@ -14,9 +18,10 @@ apt_packages=(
 	busybox-static              # the busybox test image
 	protobuf-compiler           # protoc, to regenerate NRI's protobuf code
 	libseccomp-dev pkg-config   # runc with seccomp
-	util-linux mount            # unshare, findmnt, mount: upstream's integration tests, the kubelet suite
+	util-linux mount            # unshare, findmnt, mount, ipcmk: upstream's integration tests, the kubelet suite, critest
 	strace procps               # upstream's TestIssue7496 delays with strace; restart tests use pkill
-	iptables git make gcc
+	iptables                    # CNI portmap (hostPort) in make conformance
+	git make gcc
 )
 missing=()
 for pkg in "${apt_packages[@]}"; do
@@ -36,8 +41,19 @@ if ! /usr/local/bin/runc --version 2>/dev/null | grep -q "^runc version ${runc_v
 fi
 
 # go install stamps no version into crictl; the module version is in its build info.
-if ! go version -m /usr/local/bin/crictl 2>/dev/null | grep -q "sigs.k8s.io/cri-tools[[:space:]]*$CRICTL_VERSION"; then
-	go install "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"
+if ! go version -m /usr/local/bin/crictl 2>/dev/null | grep -q "sigs.k8s.io/cri-tools[[:space:]]*$CRI_TOOLS_VERSION"; then
+	go install "sigs.k8s.io/cri-tools/cmd/crictl@$CRI_TOOLS_VERSION"
 fi
 
-echo "dependencies installed: runc $runc_version, crictl $CRICTL_VERSION, apt: ${apt_packages[*]}"
+# Package busybox conflicts with busybox-static (the knext test image), so only its binary is
+# extracted from the package. It needs the host's libc6, which the images copy next to it.
+if [ ! -x "$BUSYBOX_DYNAMIC" ]; then
+	tmp=$(mktemp -d)
+	download() { (cd "$tmp" && apt-get download -qq -o APT::Sandbox::User=root busybox); }
+	download || { apt-get update -qq && download; }
+	dpkg-deb -x "$tmp"/busybox_*.deb "$tmp/root"
+	install -D -m 755 "$tmp/root/bin/busybox" "$BUSYBOX_DYNAMIC"
+	rm -rf "$tmp"
+fi
+
+echo "dependencies installed: runc $runc_version, crictl $CRI_TOOLS_VERSION, $BUSYBOX_DYNAMIC, apt: ${apt_packages[*]}"

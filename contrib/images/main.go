@@ -39,38 +39,17 @@ func writeArchives(dir, pauseBinary, busybox, nriBridgeBinary, nriBridgeImage st
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	if err := writeFile(filepath.Join(dir, testimages.PauseArchive), func(w io.Writer) error {
+	if err := testimages.WriteFile(filepath.Join(dir, testimages.PauseArchive), func(w io.Writer) error {
 		return testimages.WritePause(w, pauseBinary)
 	}); err != nil {
 		return err
 	}
-	if err := writeFile(filepath.Join(dir, testimages.BusyboxArchive), func(w io.Writer) error {
+	if err := testimages.WriteFile(filepath.Join(dir, testimages.BusyboxArchive), func(w io.Writer) error {
 		return testimages.WriteBusybox(w, busybox)
 	}); err != nil {
 		return err
 	}
-	return writeFile(filepath.Join(dir, testimages.NRIBridgeArchive), func(w io.Writer) error {
+	return testimages.WriteFile(filepath.Join(dir, testimages.NRIBridgeArchive), func(w io.Writer) error {
 		return testimages.WriteNRIBridge(w, nriBridgeImage, nriBridgeBinary)
 	})
-}
-
-// writeFile replaces name atomically, so an interrupted run never leaves a truncated archive.
-func writeFile(name string, write func(io.Writer) error) error {
-	tmp, err := os.CreateTemp(filepath.Dir(name), filepath.Base(name)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := write(tmp); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), name)
 }

@@ -88,7 +88,7 @@ func mergeTables(dst, src table) {
 
 // cniConfig returns the instance's CNI network: a bridge with its own name and /24 (and /64 when
 // dual-stack), host-local allocations under the root, and no masquerading (no iptables rules to
-// leak).
+// leak); with Options.CNIPortMappings, portmap after it (its rules go when the pods go).
 func (h *Harness) cniConfig() ([]byte, error) {
 	ranges := [][]map[string]string{{{"subnet": h.Subnet.String()}}}
 	routes := []map[string]string{{"dst": "0.0.0.0/0"}}
@@ -96,22 +96,22 @@ func (h *Harness) cniConfig() ([]byte, error) {
 		ranges = append(ranges, []map[string]string{{"subnet": h.Subnet6.String()}})
 		routes = append(routes, map[string]string{"dst": "::/0"})
 	}
-	return json.MarshalIndent(map[string]any{
-		"cniVersion": "1.0.0",
-		"name":       h.Network,
-		"plugins": []any{map[string]any{
-			"type":      "bridge",
-			"bridge":    h.Bridge,
-			"isGateway": true,
-			"ipMasq":    false,
-			"ipam": map[string]any{
-				"type":    "host-local",
-				"dataDir": h.IPAMDataDir,
-				"ranges":  ranges,
-				"routes":  routes,
-			},
-		}},
-	}, "", "  ")
+	plugins := []any{map[string]any{
+		"type":      "bridge",
+		"bridge":    h.Bridge,
+		"isGateway": true,
+		"ipMasq":    false,
+		"ipam": map[string]any{
+			"type":    "host-local",
+			"dataDir": h.IPAMDataDir,
+			"ranges":  ranges,
+			"routes":  routes,
+		},
+	}}
+	if h.opts.CNIPortMappings {
+		plugins = append(plugins, map[string]any{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}})
+	}
+	return json.MarshalIndent(map[string]any{"cniVersion": "1.0.0", "name": h.Network, "plugins": plugins}, "", "  ")
 }
 
 // ula64 returns the IPv6 /64 of an instance whose IPv4 /24 is subnet: fd6b:6e63 ("knc") and the

@@ -73,6 +73,9 @@ type Options struct {
 	// IPv4 /24: pods get an address of each, IPv4 first. The CNI bridge plugin then turns the
 	// host's IPv6 forwarding on (net.ipv6.conf.all.forwarding), as it does IPv4's for any instance.
 	CNIDualStack bool
+	// CNIPortMappings chains CNI's portmap plugin after the bridge, so that pods' hostPort
+	// mappings are set up (iptables rules in the daemon's network namespace).
+	CNIPortMappings bool
 	// NRIRequestTimeout is NRI's plugin_request_timeout. Default: 2s.
 	NRIRequestTimeout time.Duration
 	// NRIRegistrationTimeout is NRI's plugin_registration_timeout. Default: 5s.
@@ -190,6 +193,12 @@ func (h *Harness) claim(id string, subnet *net.IPNet) (resources, error) {
 		return resources{}, fmt.Errorf("root %s is not empty: the harness removes its root at Close, give it an empty or new directory", h.Root)
 	}
 	if err := os.MkdirAll(h.Root, 0o711); err != nil {
+		return resources{}, err
+	}
+	// Like containerd's own root and state (0711): a container in a user namespace runs as an
+	// unprivileged host user, and must traverse every directory above its rootfs. MkdirTemp
+	// made the root 0700.
+	if err := os.Chmod(h.Root, 0o711); err != nil {
 		return resources{}, err
 	}
 	return resources{ID: id, Root: h.Root, ConfigPath: h.ConfigPath, Address: h.Address, Bridge: h.Bridge,

@@ -122,3 +122,38 @@ func TestCNIConfigDualStack(t *testing.T) {
 		t.Errorf("dual-stack CNI config has IPAM %+v, want the /24 then the /64, with a default route for each", ipam)
 	}
 }
+
+func TestCNIConfigChainsPortmapOnRequest(t *testing.T) {
+	_, subnet, _ := net.ParseCIDR("10.240.3.0/24")
+	for _, portMappings := range []bool{false, true} {
+		h := &Harness{Network: "knext-x", Bridge: "knxx", Subnet: subnet, IPAMDataDir: "/r/ipam",
+			opts: Options{CNIPortMappings: portMappings}}
+		data, err := h.cniConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var conflist struct {
+			Plugins []struct {
+				Type         string          `json:"type"`
+				Capabilities map[string]bool `json:"capabilities"`
+			} `json:"plugins"`
+		}
+		if err := json.Unmarshal(data, &conflist); err != nil {
+			t.Fatalf("conflist is not JSON: %v\n%s", err, data)
+		}
+		var types []string
+		for _, p := range conflist.Plugins {
+			types = append(types, p.Type)
+		}
+		want := "bridge"
+		if portMappings {
+			want = "bridge portmap"
+			if !conflist.Plugins[1].Capabilities["portMappings"] {
+				t.Errorf("portmap without the portMappings capability: containerd would not pass the pod's ports\n%s", data)
+			}
+		}
+		if got := strings.Join(types, " "); got != want {
+			t.Errorf("CNIPortMappings=%v: plugins %q, want %q", portMappings, got, want)
+		}
+	}
+}

@@ -12,7 +12,8 @@
 //     /usr/local/bin/nri-bridge, its entrypoint; the image of contrib/nri-bridge's manifests.
 //
 // Each archive holds one uncompressed layer; every timestamp is Epoch and every owner root, so the
-// same input binaries always give byte-identical archives.
+// same input binaries always give byte-identical archives. WriteArchive writes archives of other
+// image sets (several images, names and layers) the same way.
 package testimages
 
 import (
@@ -20,12 +21,15 @@ import (
 	"bytes"
 	_ "crypto/sha256" // registers the digest algorithm go-digest uses
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path"
+	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -53,19 +57,29 @@ const (
 	// containerdImageNameAnnotation tells containerd's importer the full image name.
 	containerdImageNameAnnotation = "io.containerd.image.name"
 
-	defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	// DefaultPath is the PATH of every test image.
+	DefaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 )
 
 // epoch is the modification time of every file and of the image configuration.
 var epoch = time.Unix(0, 0).UTC()
 
-// file is one entry of an image layer.
-type file struct {
-	name     string // relative path inside the rootfs
-	mode     int64
-	typeflag byte
-	content  []byte
-	linkname string
+// File is one entry of an image layer. Owners are always root and times always Epoch.
+type File struct {
+	Name     string // path inside the rootfs, relative ("bin/sh")
+	Mode     int64  // permission bits, setuid, setgid and sticky included
+	Type     byte   // tar.TypeReg, tar.TypeDir, tar.TypeSymlink or tar.TypeLink (hard link)
+	Content  []byte // of a regular file
+	Linkname string // a symlink's target; a hard link's linked file (relative, "bin/busybox")
+}
+
+// Image is one image of an archive.
+type Image struct {
+	// Names are full references (host/repository:tag); each one is an entry of the archive's
+	// index, all pointing to the same manifest.
+	Names  []string
+	Layers [][]File // bottom layer first
+	Config ocispec.ImageConfig
 }
 
 // WritePause writes the pause image archive, with pauseBinary (a static executable) as /pause.
@@ -74,9 +88,9 @@ func WritePause(w io.Writer, pauseBinary string) error {
 	if err != nil {
 		return fmt.Errorf("pause image: %w", err)
 	}
-	files := []file{{name: "pause", mode: 0o755, typeflag: tar.TypeReg, content: binary}}
-	config := ocispec.ImageConfig{Env: []string{defaultPath}, Entrypoint: []string{"/pause"}}
-	return writeImage(w, PauseImage, files, config)
+	files := []File{{Name: "pause", Mode: 0o755, Type: tar.TypeReg, Content: binary}}
+	config := ocispec.ImageConfig{Env: []string{DefaultPath}, Entrypoint: []string{"/pause"}}
+	return WriteArchive(w, Image{Names: []string{PauseImage}, Layers: [][]File{files}, Config: config})
 }
 
 // WriteBusybox writes the busybox image archive from busyboxBinary, a statically linked busybox.
@@ -85,37 +99,74 @@ func WriteBusybox(w io.Writer, busyboxBinary string) error {
 	if err != nil {
 		return fmt.Errorf("busybox image: %w", err)
 	}
-	// The binary itself knows where each applet belongs (bin/sh, usr/bin/wc, ...).
-	list, err := exec.Command(busyboxBinary, "--list-full").Output()
+	applets, err := BusyboxApplets(busyboxBinary)
 	if err != nil {
-		return fmt.Errorf("busybox image: %s --list-full: %w", busyboxBinary, err)
+		return fmt.Errorf("busybox image: %w", err)
 	}
 
 	dirs := map[string]int64{"bin": 0o755, "dev": 0o755, "etc": 0o755, "proc": 0o755, "root": 0o700,
 		"sbin": 0o755, "sys": 0o755, "tmp": 0o1777, "usr": 0o755, "usr/bin": 0o755, "usr/sbin": 0o755,
 		"var": 0o755}
-	files := []file{
-		{name: "bin/busybox", mode: 0o755, typeflag: tar.TypeReg, content: binary},
-		{name: "etc/passwd", mode: 0o644, typeflag: tar.TypeReg,
-			content: []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n")},
-		{name: "etc/group", mode: 0o644, typeflag: tar.TypeReg, content: []byte("root:x:0:\nnogroup:x:65534:\n")},
+	files := []File{
+		{Name: "bin/busybox", Mode: 0o755, Type: tar.TypeReg, Content: binary},
+		{Name: "etc/passwd", Mode: 0o644, Type: tar.TypeReg,
+			Content: []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n")},
+		{Name: "etc/group", Mode: 0o644, Type: tar.TypeReg, Content: []byte("root:x:0:\nnogroup:x:65534:\n")},
 	}
-	for _, applet := range strings.Fields(string(list)) {
-		if applet == "bin/busybox" || !strings.Contains(applet, "/") {
-			continue // the binary itself, and root-level oddities such as linuxrc
-		}
+	for _, applet := range applets {
 		for dir := path.Dir(applet); dir != "."; dir = path.Dir(dir) {
 			if _, ok := dirs[dir]; !ok {
 				dirs[dir] = 0o755
 			}
 		}
-		files = append(files, file{name: applet, mode: 0o777, typeflag: tar.TypeSymlink, linkname: "/bin/busybox"})
+		files = append(files, File{Name: applet, Mode: 0o777, Type: tar.TypeSymlink, Linkname: "/bin/busybox"})
 	}
 	for dir, mode := range dirs {
-		files = append(files, file{name: dir, mode: mode, typeflag: tar.TypeDir})
+		files = append(files, File{Name: dir, Mode: mode, Type: tar.TypeDir})
 	}
-	config := ocispec.ImageConfig{Env: []string{defaultPath}, Cmd: []string{"sh"}}
-	return writeImage(w, BusyboxImage, files, config)
+	config := ocispec.ImageConfig{Env: []string{DefaultPath}, Cmd: []string{"sh"}}
+	return WriteArchive(w, Image{Names: []string{BusyboxImage}, Layers: [][]File{files}, Config: config})
+}
+
+// BusyboxApplets returns where busyboxBinary puts each of its applets (`busybox --list-full`:
+// "bin/sh", "usr/bin/wc", ...), without the binary itself and root-level oddities such as linuxrc.
+func BusyboxApplets(busyboxBinary string) ([]string, error) {
+	list, err := exec.Command(busyboxBinary, "--list-full").Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s --list-full: %w", busyboxBinary, err)
+	}
+	var applets []string
+	for _, applet := range strings.Fields(string(list)) {
+		if applet != "bin/busybox" && strings.Contains(applet, "/") {
+			applets = append(applets, applet)
+		}
+	}
+	return applets, nil
+}
+
+// WriteFile replaces file name (and creates its directory) with what write writes, atomically:
+// an interrupted run never leaves a truncated archive behind.
+func WriteFile(name string, write func(io.Writer) error) error {
+	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(name), filepath.Base(name)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := write(tmp); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), name)
 }
 
 // WriteNRIBridge writes nri-bridge's image named name (NRIBridgeRepository:<tag>) with
@@ -128,14 +179,14 @@ func WriteNRIBridge(w io.Writer, name, nriBridgeBinary string) error {
 	if err != nil {
 		return fmt.Errorf("nri-bridge image: %w", err)
 	}
-	files := []file{
-		{name: "usr", mode: 0o755, typeflag: tar.TypeDir},
-		{name: "usr/local", mode: 0o755, typeflag: tar.TypeDir},
-		{name: "usr/local/bin", mode: 0o755, typeflag: tar.TypeDir},
-		{name: "usr/local/bin/nri-bridge", mode: 0o755, typeflag: tar.TypeReg, content: binary},
+	files := []File{
+		{Name: "usr", Mode: 0o755, Type: tar.TypeDir},
+		{Name: "usr/local", Mode: 0o755, Type: tar.TypeDir},
+		{Name: "usr/local/bin", Mode: 0o755, Type: tar.TypeDir},
+		{Name: "usr/local/bin/nri-bridge", Mode: 0o755, Type: tar.TypeReg, Content: binary},
 	}
-	config := ocispec.ImageConfig{Env: []string{defaultPath}, Entrypoint: []string{"/usr/local/bin/nri-bridge"}}
-	return writeImage(w, name, files, config)
+	config := ocispec.ImageConfig{Env: []string{DefaultPath}, Entrypoint: []string{"/usr/local/bin/nri-bridge"}}
+	return WriteArchive(w, Image{Names: []string{name}, Layers: [][]File{files}, Config: config})
 }
 
 // ImageName returns the name of the image in archive, an archive this package wrote.
@@ -178,49 +229,34 @@ func (b blob) descriptor() ocispec.Descriptor {
 	return ocispec.Descriptor{MediaType: b.mediaType, Digest: digest.FromBytes(b.data), Size: int64(len(b.data))}
 }
 
-// writeImage writes an OCI image layout archive holding one single-layer image named name.
-func writeImage(w io.Writer, name string, files []file, imageConfig ocispec.ImageConfig) error {
-	layerData, err := layerTar(files)
-	if err != nil {
-		return fmt.Errorf("%s: layer: %w", name, err)
-	}
-	layer := blob{mediaType: ocispec.MediaTypeImageLayer, data: layerData}
-
-	created := epoch
-	platform := ocispec.Platform{OS: "linux", Architecture: runtime.GOARCH}
-	configData, err := json.Marshal(ocispec.Image{
-		Created:  &created,
-		Platform: platform,
-		Config:   imageConfig,
-		// The layer is uncompressed, so its diff ID is its digest.
-		RootFS: ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{layer.descriptor().Digest}},
-	})
-	if err != nil {
-		return err
-	}
-	config := blob{mediaType: ocispec.MediaTypeImageConfig, data: configData}
-
-	manifestData, err := json.Marshal(ocispec.Manifest{
-		Versioned: specs.Versioned{SchemaVersion: 2},
-		MediaType: ocispec.MediaTypeImageManifest,
-		Config:    config.descriptor(),
-		Layers:    []ocispec.Descriptor{layer.descriptor()},
-	})
-	if err != nil {
-		return err
-	}
-	manifest := blob{mediaType: ocispec.MediaTypeImageManifest, data: manifestData}
-
-	manifestDesc := manifest.descriptor()
-	manifestDesc.Platform = &platform
-	manifestDesc.Annotations = map[string]string{
-		containerdImageNameAnnotation: name,
-		ocispec.AnnotationRefName:     name[strings.LastIndex(name, ":")+1:],
+// WriteArchive writes an OCI image layout archive holding images, for the build machine's
+// architecture, with uncompressed layers. A blob shared by several images (a common base
+// layer) is stored once. The same input always gives the same bytes.
+func WriteArchive(w io.Writer, images ...Image) error {
+	var index []ocispec.Descriptor
+	blobs := map[digest.Digest]blob{}
+	for _, image := range images {
+		if len(image.Names) == 0 {
+			return errors.New("image without a name")
+		}
+		manifest, err := imageBlobs(image, blobs)
+		if err != nil {
+			return fmt.Errorf("%s: %w", image.Names[0], err)
+		}
+		for _, name := range image.Names {
+			desc := manifest.descriptor()
+			desc.Platform = &ocispec.Platform{OS: "linux", Architecture: runtime.GOARCH}
+			desc.Annotations = map[string]string{
+				containerdImageNameAnnotation: name,
+				ocispec.AnnotationRefName:     name[strings.LastIndex(name, ":")+1:],
+			}
+			index = append(index, desc)
+		}
 	}
 	indexData, err := json.Marshal(ocispec.Index{
 		Versioned: specs.Versioned{SchemaVersion: 2},
 		MediaType: ocispec.MediaTypeImageIndex,
-		Manifests: []ocispec.Descriptor{manifestDesc},
+		Manifests: index,
 	})
 	if err != nil {
 		return err
@@ -230,47 +266,102 @@ func writeImage(w io.Writer, name string, files []file, imageConfig ocispec.Imag
 		return err
 	}
 
-	archive := []file{
-		{name: ocispec.ImageLayoutFile, mode: 0o644, typeflag: tar.TypeReg, content: layoutData},
-		{name: ocispec.ImageIndexFile, mode: 0o644, typeflag: tar.TypeReg, content: indexData},
-		{name: "blobs", mode: 0o755, typeflag: tar.TypeDir},
-		{name: "blobs/sha256", mode: 0o755, typeflag: tar.TypeDir},
+	archive := []File{
+		{Name: ocispec.ImageLayoutFile, Mode: 0o644, Type: tar.TypeReg, Content: layoutData},
+		{Name: ocispec.ImageIndexFile, Mode: 0o644, Type: tar.TypeReg, Content: indexData},
+		{Name: "blobs", Mode: 0o755, Type: tar.TypeDir},
+		{Name: "blobs/sha256", Mode: 0o755, Type: tar.TypeDir},
 	}
-	for _, b := range []blob{layer, config, manifest} {
-		archive = append(archive, file{name: "blobs/sha256/" + b.descriptor().Digest.Encoded(),
-			mode: 0o644, typeflag: tar.TypeReg, content: b.data})
+	for d, b := range blobs {
+		archive = append(archive, File{Name: "blobs/sha256/" + d.Encoded(), Mode: 0o644, Type: tar.TypeReg, Content: b.data})
 	}
 	data, err := layerTar(archive)
 	if err != nil {
-		return fmt.Errorf("%s: archive: %w", name, err)
+		return fmt.Errorf("archive: %w", err)
 	}
 	_, err = w.Write(data)
 	return err
 }
 
-// layerTar returns a tar stream of files in path order, with fixed owners and timestamps.
-func layerTar(files []file) ([]byte, error) {
-	sort.Slice(files, func(i, j int) bool { return files[i].name < files[j].name })
+// imageBlobs adds the layers, configuration and manifest of image to blobs and returns the
+// manifest.
+func imageBlobs(image Image, blobs map[digest.Digest]blob) (blob, error) {
+	add := func(b blob) ocispec.Descriptor {
+		desc := b.descriptor()
+		blobs[desc.Digest] = b
+		return desc
+	}
+	var layers []ocispec.Descriptor
+	var diffIDs []digest.Digest
+	for i, files := range image.Layers {
+		data, err := layerTar(files)
+		if err != nil {
+			return blob{}, fmt.Errorf("layer %d: %w", i, err)
+		}
+		desc := add(blob{mediaType: ocispec.MediaTypeImageLayer, data: data})
+		layers = append(layers, desc)
+		// The layers are uncompressed, so a diff ID is the layer's digest.
+		diffIDs = append(diffIDs, desc.Digest)
+	}
+	created := epoch
+	configData, err := json.Marshal(ocispec.Image{
+		Created:  &created,
+		Platform: ocispec.Platform{OS: "linux", Architecture: runtime.GOARCH},
+		Config:   image.Config,
+		RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: diffIDs},
+	})
+	if err != nil {
+		return blob{}, err
+	}
+	manifestData, err := json.Marshal(ocispec.Manifest{
+		Versioned: specs.Versioned{SchemaVersion: 2},
+		MediaType: ocispec.MediaTypeImageManifest,
+		Config:    add(blob{mediaType: ocispec.MediaTypeImageConfig, data: configData}),
+		Layers:    layers,
+	})
+	if err != nil {
+		return blob{}, err
+	}
+	manifest := blob{mediaType: ocispec.MediaTypeImageManifest, data: manifestData}
+	add(manifest)
+	return manifest, nil
+}
+
+// layerTar returns a tar stream of files in path order, hard links last (their targets must
+// come first), with fixed owners and timestamps.
+func layerTar(files []File) ([]byte, error) {
+	files = slices.Clone(files)
+	sort.Slice(files, func(i, j int) bool {
+		if li, lj := files[i].Type == tar.TypeLink, files[j].Type == tar.TypeLink; li != lj {
+			return lj
+		}
+		return files[i].Name < files[j].Name
+	})
+	seen := map[string]bool{}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, f := range files {
-		name := f.name
-		if f.typeflag == tar.TypeDir {
+		if seen[f.Name] {
+			return nil, fmt.Errorf("%s: defined twice", f.Name)
+		}
+		seen[f.Name] = true
+		name := f.Name
+		if f.Type == tar.TypeDir {
 			name += "/"
 		}
 		header := &tar.Header{
-			Typeflag: f.typeflag,
+			Typeflag: f.Type,
 			Name:     name,
-			Linkname: f.linkname,
-			Mode:     f.mode,
-			Size:     int64(len(f.content)),
+			Linkname: f.Linkname,
+			Mode:     f.Mode,
+			Size:     int64(len(f.Content)),
 			ModTime:  epoch,
 		}
 		if err := tw.WriteHeader(header); err != nil {
-			return nil, fmt.Errorf("%s: %w", f.name, err)
+			return nil, fmt.Errorf("%s: %w", f.Name, err)
 		}
-		if _, err := tw.Write(f.content); err != nil {
-			return nil, fmt.Errorf("%s: %w", f.name, err)
+		if _, err := tw.Write(f.Content); err != nil {
+			return nil, fmt.Errorf("%s: %w", f.Name, err)
 		}
 	}
 	if err := tw.Close(); err != nil {

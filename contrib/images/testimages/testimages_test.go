@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -147,5 +148,92 @@ func TestNRIBridgeArchiveRunsTheBinary(t *testing.T) {
 
 	if err := WriteNRIBridge(io.Discard, "knext.local/other:v1", binary); err == nil {
 		t.Error("an nri-bridge image outside " + NRIBridgeRepository + " was written")
+	}
+}
+
+// TestArchiveSharesBlobsAndOrdersHardLinks writes two images with a common base layer, one of
+// them under two names, and checks the index, the blob sharing and the hard-link order.
+func TestArchiveSharesBlobsAndOrdersHardLinks(t *testing.T) {
+	base := []File{
+		{Name: "bin", Mode: 0o755, Type: tar.TypeDir},
+		{Name: "bin/ash", Mode: 0o755, Type: tar.TypeLink, Linkname: "bin/busybox"},
+		{Name: "bin/busybox", Mode: 0o755, Type: tar.TypeReg, Content: []byte("busybox")},
+	}
+	images := []Image{
+		{Names: []string{"example.test/base:1"}, Layers: [][]File{base}},
+		{Names: []string{"example.test/extra:1", "other.test/extra:2"},
+			Layers: [][]File{base, {{Name: "extra", Mode: 0o4755, Type: tar.TypeReg, Content: []byte("x")}}},
+			Config: ocispec.ImageConfig{User: "1000"}},
+	}
+	var archive bytes.Buffer
+	if err := WriteArchive(&archive, images...); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := readTar(t, archive.Bytes())
+	var index ocispec.Index
+	if err := json.Unmarshal(files[ocispec.ImageIndexFile], &index); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, m := range index.Manifests {
+		names = append(names, m.Annotations["io.containerd.image.name"])
+	}
+	if got, want := strings.Join(names, " "), "example.test/base:1 example.test/extra:1 other.test/extra:2"; got != want {
+		t.Fatalf("index names %q, want %q", got, want)
+	}
+	if index.Manifests[1].Digest != index.Manifests[2].Digest {
+		t.Error("two names of one image point to different manifests")
+	}
+	// base layer + 2 configs + 2 manifests + extra layer: the base layer is stored once.
+	blobs := 0
+	for name := range files {
+		if strings.HasPrefix(name, "blobs/sha256/") {
+			blobs++
+		}
+	}
+	if blobs != 6 {
+		t.Errorf("archive has %d blobs, want 6", blobs)
+	}
+
+	var manifest ocispec.Manifest
+	if err := json.Unmarshal(files["blobs/sha256/"+index.Manifests[1].Digest.Encoded()], &manifest); err != nil {
+		t.Fatal(err)
+	}
+	if len(manifest.Layers) != 2 {
+		t.Fatalf("extra image has %d layers, want 2", len(manifest.Layers))
+	}
+	tr := tar.NewReader(bytes.NewReader(files["blobs/sha256/"+manifest.Layers[0].Digest.Encoded()]))
+	var order []string
+	for {
+		header, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		order = append(order, header.Name)
+	}
+	if got, want := strings.Join(order, " "), "bin/ bin/busybox bin/ash"; got != want {
+		t.Errorf("base layer order %q, want %q (a hard link after its target)", got, want)
+	}
+	extraTar := tar.NewReader(bytes.NewReader(files["blobs/sha256/"+manifest.Layers[1].Digest.Encoded()]))
+	header, err := extraTar.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if header.Mode != 0o4755 {
+		t.Errorf("extra mode %o, want 4755 (setuid kept)", header.Mode)
+	}
+}
+
+func TestArchiveRejectsDuplicatePaths(t *testing.T) {
+	layer := []File{
+		{Name: "a", Mode: 0o644, Type: tar.TypeReg},
+		{Name: "a", Mode: 0o644, Type: tar.TypeLink, Linkname: "b"},
+	}
+	err := WriteArchive(io.Discard, Image{Names: []string{"example.test/dup:1"}, Layers: [][]File{layer}})
+	if err == nil || !strings.Contains(err.Error(), "a: defined twice") {
+		t.Errorf("err = %v, want the duplicate path named", err)
 	}
 }

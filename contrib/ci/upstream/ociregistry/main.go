@@ -12,7 +12,8 @@
 //	ociregistry -listen 127.0.0.1:443 -ca-file ca.pem \
 //	    -alias registry.k8s.io/pause:3.10.2=knext.local/pause:3.10 pause.tar busybox.tar
 //
-// Every image of an archive is served under the name in its io.containerd.image.name annotation.
+// Every image of an archive is served under the name in its io.containerd.image.name annotation
+// (package contrib/images/registry).
 package main
 
 import (
@@ -26,6 +27,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/knext-dev/knext/contrib/images/registry"
 )
 
 type aliasFlags []string
@@ -49,9 +52,9 @@ func main() {
 }
 
 func run(listen, caFile string, aliases, archives []string) error {
-	reg := newRegistry()
+	reg := registry.New()
 	for _, path := range archives {
-		if err := reg.loadArchive(path); err != nil {
+		if err := reg.LoadArchive(path); err != nil {
 			return err
 		}
 	}
@@ -60,11 +63,11 @@ func run(listen, caFile string, aliases, archives []string) error {
 		if !ok {
 			return fmt.Errorf("alias %q is not NEW=EXISTING", alias)
 		}
-		if err := reg.addAlias(name, existing); err != nil {
+		if err := reg.AddAlias(name, existing); err != nil {
 			return err
 		}
 	}
-	hosts := reg.hosts()
+	hosts := reg.Hosts()
 	tlsConfig, certPEM, err := selfSignedTLS(hosts)
 	if err != nil {
 		return err
@@ -77,7 +80,7 @@ func run(listen, caFile string, aliases, archives []string) error {
 	if err := os.WriteFile(caFile, certPEM, 0o644); err != nil {
 		return err
 	}
-	log.Printf("ociregistry: serving %s on %s for hosts %v", strings.Join(reg.names(), " "), listen, hosts)
+	log.Printf("ociregistry: serving %s on %s for hosts %v", strings.Join(reg.Names(), " "), listen, hosts)
 
 	srv := &http.Server{Handler: reg, TLSConfig: tlsConfig, ErrorLog: log.Default()}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)

@@ -1,4 +1,14 @@
-package main
+// Package registry is a read-only OCI distribution registry serving the images of OCI
+// image-layout archives (as package testimages and `ctr images export` write them) under the
+// names in their io.containerd.image.name annotations.
+//
+// A request names its registry host in one of two ways:
+//   - the Host header, when clients resolve the registry's host name to this server (a private
+//     /etc/hosts, with TLS: see contrib/ci/upstream/ociregistry);
+//   - the `ns` query parameter, which containerd adds when it pulls through a mirror configured in
+//     a hosts.toml (`server = "http://127.0.0.1:PORT"` under certs.d/<registry host>/): the path
+//     then holds only the repository, and ns the registry host of the image reference.
+package registry
 
 import (
 	"archive/tar"
@@ -27,19 +37,25 @@ type descriptor struct {
 	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
-// registry holds every blob of the loaded archives (content addressed, so one map serves all
-// repositories) and the manifest each image name (host/repository:tag) points to.
-type registry struct {
+// Registry holds every blob of the loaded archives (content addressed, so one map serves all
+// repositories) and the manifest each image name (host/repository:tag) points to. Load archives
+// and add aliases before serving: the maps are not locked.
+type Registry struct {
+	// Logf receives one line per request. Default: log.Printf.
+	Logf func(format string, args ...any)
+
 	blobs     map[string][]byte
 	manifests map[string]descriptor
 }
 
-func newRegistry() *registry {
-	return &registry{blobs: map[string][]byte{}, manifests: map[string]descriptor{}}
+// New returns an empty registry.
+func New() *Registry {
+	return &Registry{Logf: log.Printf, blobs: map[string][]byte{}, manifests: map[string]descriptor{}}
 }
 
-// loadArchive reads an OCI image-layout tar archive, checking every blob against its digest.
-func (r *registry) loadArchive(path string) error {
+// LoadArchive reads an OCI image-layout tar archive, checking every blob against its digest, and
+// serves every image of its index that has a name annotation.
+func (r *Registry) LoadArchive(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -108,7 +124,7 @@ func (r *registry) loadArchive(path string) error {
 	return nil
 }
 
-func (r *registry) addManifest(name string, desc descriptor) error {
+func (r *Registry) addManifest(name string, desc descriptor) error {
 	if _, _, _, err := splitImageName(name); err != nil {
 		return err
 	}
@@ -119,16 +135,18 @@ func (r *registry) addManifest(name string, desc descriptor) error {
 	return nil
 }
 
-func (r *registry) addAlias(name, existing string) error {
+// AddAlias also serves image existing under the name name (host/repository:tag).
+func (r *Registry) AddAlias(name, existing string) error {
 	desc, ok := r.manifests[existing]
 	if !ok {
 		return fmt.Errorf("alias %s: no image %s in the archives (have %s)", name, existing,
-			strings.Join(r.names(), ", "))
+			strings.Join(r.Names(), ", "))
 	}
 	return r.addManifest(name, desc)
 }
 
-func (r *registry) names() []string {
+// Names returns the served image names, sorted.
+func (r *Registry) Names() []string {
 	names := make([]string, 0, len(r.manifests))
 	for name := range r.manifests {
 		names = append(names, name)
@@ -137,9 +155,9 @@ func (r *registry) names() []string {
 	return names
 }
 
-// hosts returns the registry host names of all served images: the names the TLS certificate
-// must cover.
-func (r *registry) hosts() []string {
+// Hosts returns the registry host names of all served images, sorted: the names a TLS
+// certificate must cover, or the hosts that need a mirror configuration.
+func (r *Registry) Hosts() []string {
 	var hosts []string
 	for name := range r.manifests {
 		host, _, _, _ := splitImageName(name)
@@ -165,7 +183,7 @@ func splitImageName(name string) (host, repo, tag string, err error) {
 
 // ServeHTTP implements the read-only part of the OCI distribution API that pulls use:
 // /v2/, manifests by tag or digest, and blobs by digest (GET and HEAD).
-func (r *registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	w.Header().Set("Docker-Distribution-API-Version", "registry/2.0")
 	if req.Method != http.MethodGet && req.Method != http.MethodHead {
 		writeError(w, http.StatusMethodNotAllowed, "UNSUPPORTED", "this registry is read-only")
@@ -175,13 +193,10 @@ func (r *registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	host := req.Host
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
+	host := requestHost(req)
 	data, mediaType, err := r.lookup(host, strings.TrimPrefix(req.URL.Path, "/v2/"))
 	if err != nil {
-		log.Printf("ociregistry: %s %s%s: %v", req.Method, host, req.URL.Path, err)
+		r.Logf("ociregistry: %s %s%s: %v", req.Method, host, req.URL.Path, err)
 		var nf notFoundError
 		if errors.As(err, &nf) {
 			writeError(w, http.StatusNotFound, nf.code, err.Error())
@@ -190,7 +205,7 @@ func (r *registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 		return
 	}
-	log.Printf("ociregistry: %s %s%s", req.Method, host, req.URL.Path)
+	r.Logf("ociregistry: %s %s%s", req.Method, host, req.URL.Path)
 	sum := sha256.Sum256(data)
 	w.Header().Set("Content-Type", mediaType)
 	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
@@ -200,12 +215,25 @@ func (r *registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 }
 
+// requestHost returns the registry host a request is for: containerd's mirror parameter ns when
+// present, else the Host header without its port.
+func requestHost(req *http.Request) string {
+	if ns := req.URL.Query().Get("ns"); ns != "" {
+		return ns
+	}
+	host := req.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	return host
+}
+
 type notFoundError struct{ code, what string }
 
 func (e notFoundError) Error() string { return e.what + " not found" }
 
 // lookup resolves "<repository>/manifests/<tag or digest>" or "<repository>/blobs/<digest>".
-func (r *registry) lookup(host, path string) (data []byte, mediaType string, err error) {
+func (r *Registry) lookup(host, path string) (data []byte, mediaType string, err error) {
 	if repo, ref, ok := cutLast(path, "/manifests/"); ok {
 		if strings.HasPrefix(ref, "sha256:") {
 			data, ok := r.blobs[ref]

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/knext-dev/knext/contrib/conformance/critestimages"
+	"github.com/knext-dev/knext/contrib/images/registry"
+	"github.com/knext-dev/knext/integration/harness"
+)
+
+const (
+	// nodeCommandName runs one configuration; run starts it in fresh namespaces.
+	nodeCommandName = "node"
+	reportFile      = "report.json"
+
+	// digestSpec is skipped: its image reference pins the digest of the upstream manifest, which
+	// no rebuilt image can have.
+	digestSpec = "public image with digest should be pulled and removed"
+	// critestTimeout bounds one critest run (it takes about 2.5 minutes).
+	critestTimeout = 30 * time.Minute
+)
+
+func nodeCommand(args []string) error {
+	fs := flag.NewFlagSet(nodeCommandName, flag.ExitOnError)
+	var p options
+	p.register(fs)
+	name := fs.String("config", "", "configuration to run")
+	fs.Parse(args)
+	c, err := configurationNamed(*name)
+	if err != nil {
+		return err
+	}
+	if err := p.check(); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return runConfiguration(ctx, c, p, filepath.Join(p.out, c.name))
+}
+
+// runConfiguration starts the registry and containerd of configuration c in the current (fresh)
+// network namespace, runs critest against them and leaves its report and the logs in dir.
+func runConfiguration(ctx context.Context, c configuration, p options, dir string) (err error) {
+	log.Printf("%s: %s", c.name, c.title)
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return err
+	}
+	if err := netlink.LinkSetUp(lo); err != nil {
+		return fmt.Errorf("loopback up: %w", err)
+	}
+
+	registryAddr, stopRegistry, err := serveImages(p.images, filepath.Join(dir, "registry.log"), filepath.Join(dir, "certs.d"))
+	if err != nil {
+		return err
+	}
+	defer stopRegistry()
+
+	// critest pulls fully qualified references (registry.k8s.io/..., gcr.io/..., k8s.gcr.io/...):
+	// containerd resolves every one of those registries through the local one (certs.d/<host>/
+	// hosts.toml), and the sandbox image is one of them.
+	extra := fmt.Sprintf("[plugins.'io.containerd.cri.v1.images'.registry]\nconfig_path = %q\n"+
+		"[plugins.'io.containerd.cri.v1.images'.pinned_images]\nsandbox = %q\n",
+		filepath.Join(dir, "certs.d"), critestimages.SandboxImage)
+	if c.cniLess {
+		extra += "[plugins.'io.containerd.cri.v1.runtime'.cni]\ndisable_cni = true\n"
+	}
+	opts := harness.Options{
+		BinDir:               p.binDir,
+		Containerd:           filepath.Join(p.binDir, "containerd"),
+		ExtraConfig:          extra,
+		CNIPortMappings:      !c.cniLess,
+		SkipNetworkReadyWait: c.cniLess,
+		Logf:                 log.Printf,
+	}
+	if c.upstream {
+		opts.Containerd = filepath.Join(p.upstreamBinDir, "containerd")
+	}
+	h, err := harness.New(ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// The harness removes its root: keep the logs.
+		for _, name := range []string{"containerd.log", "nri-bridge.log"} {
+			if cpErr := copyFile(filepath.Join(h.Root, name), filepath.Join(dir, name)); cpErr != nil && !errors.Is(cpErr, os.ErrNotExist) {
+				err = errors.Join(err, cpErr)
+			}
+		}
+		err = errors.Join(err, h.Close())
+	}()
+	log.Printf("%s: containerd %s on %s, registry on %s", c.name, opts.Containerd, h.Address, registryAddr)
+
+	// A first pull proves the mirror path before critest depends on it.
+	if _, err := h.Images.PullImage(ctx, &criruntime.PullImageRequest{Image: &criruntime.ImageSpec{Image: critestimages.SandboxImage}}); err != nil {
+		return fmt.Errorf("pull %s through the local registry %s: %w\n%s", critestimages.SandboxImage, registryAddr, err, h.LogTail(20))
+	}
+	if c.cniLess {
+		if err := startNRIBridge(ctx, h, filepath.Join(p.binDir, "nri-bridge")); err != nil {
+			return err
+		}
+	}
+	return runCritest(ctx, h, p.critest, p.focus, dir)
+}
+
+// serveImages serves the image archive on a free port of 127.0.0.1 and writes a hosts.toml
+// for each of its registry hosts under certsDir that points containerd at it.
+func serveImages(archive, logPath, certsDir string) (addr string, stop func(), err error) {
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return "", nil, err
+	}
+	reg := registry.New()
+	reg.Logf = log.New(logFile, "", log.LstdFlags).Printf
+	if err := reg.LoadArchive(archive); err != nil {
+		logFile.Close()
+		return "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		logFile.Close()
+		return "", nil, err
+	}
+	addr = ln.Addr().String()
+	for _, host := range reg.Hosts() {
+		hostsToml := fmt.Sprintf("# %s: served by knext-conformance's local registry.\nserver = \"http://%s\"\n", host, addr)
+		if err := os.MkdirAll(filepath.Join(certsDir, host), 0o755); err != nil {
+			ln.Close()
+			logFile.Close()
+			return "", nil, err
+		}
+		if err := os.WriteFile(filepath.Join(certsDir, host, "hosts.toml"), []byte(hostsToml), 0o644); err != nil {
+			ln.Close()
+			logFile.Close()
+			return "", nil, err
+		}
+	}
+	srv := &http.Server{Handler: reg, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	return addr, func() { srv.Close(); logFile.Close() }, nil
+}
+
+// startNRIBridge starts nri-bridge on the harness's bridge name and /24 (no CNI bridge uses them
+// here) and waits until CRI reports the network ready.
+func startNRIBridge(ctx context.Context, h *harness.Harness, binary string) error {
+	if _, err := h.StartProcess("nri-bridge", binary, "-nri-socket", h.NRISocket, "-bridge", h.Bridge,
+		"-state-dir", filepath.Join(h.Root, "nri-bridge-state"), "-ipv4-subnet", h.Subnet.String()); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := h.Runtime.Status(ctx, &criruntime.StatusRequest{})
+		if err != nil {
+			return err
+		}
+		for _, cond := range resp.GetStatus().GetConditions() {
+			if cond.Type == criruntime.NetworkReady && cond.Status {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("NetworkReady still false 30 s after starting nri-bridge: %v", resp.GetStatus().GetConditions())
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// runCritest runs critest against the harness, with its NRI specs on the harness's NRI socket.
+// A critest that fails specs exits non-zero: only a missing report is an error here.
+func runCritest(ctx context.Context, h *harness.Harness, critest, focus, dir string) error {
+	logFile, err := os.Create(filepath.Join(dir, "critest.log"))
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	endpoint := "unix://" + h.Address
+	args := []string{
+		"-runtime-endpoint", endpoint, "-image-endpoint", endpoint,
+		"-config", h.CrictlConfigPath, // not the host's /etc/crictl.yaml
+		"-nri-socket", h.NRISocket,
+		"-ginkgo.skip", digestSpec,
+		"-ginkgo.timeout", critestTimeout.String(),
+		"-ginkgo.no-color",
+		"-ginkgo.json-report", filepath.Join(dir, reportFile),
+	}
+	if focus != "" {
+		args = append(args, "-ginkgo.focus", focus)
+	}
+	log.Printf("critest %v", args)
+	cmd := exec.CommandContext(ctx, critest, args...)
+	// Interrupted, Ginkgo still runs the specs' clean-ups and writes its report.
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = time.Minute
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Dir = dir
+	start := time.Now()
+	runErr := cmd.Run()
+	log.Printf("critest finished in %s: %v", time.Since(start).Round(time.Second), runErr)
+	if _, err := os.Stat(filepath.Join(dir, reportFile)); err != nil {
+		return fmt.Errorf("critest wrote no report (%v): see %s", runErr, logFile.Name())
+	}
+	return ctx.Err()
+}
+
+func copyFile(from, to string) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(to)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
