@@ -32,7 +32,8 @@ export KNEXT_UPSTREAM_BIN_DIR := $(UPSTREAM_BIN)
 export KNEXT_BIN_DIR := $(BIN)
 export KNEXT_IMAGES_DIR := $(IMAGES)
 
-.PHONY: all src build upstream images demo test integration bench patches verify verify-proto clean
+.PHONY: all src build upstream images demo test integration bench patches verify verify-proto \
+	verify-series upstream-branches upstream-ci clean
 all: build
 
 src: $(SRC_STAMP)
@@ -93,6 +94,19 @@ verify:
 # Regenerating upstream's own proto reproduces its generated files; materializing is deterministic.
 verify-proto:
 	@contrib/build/verify-proto.sh
+
+# Every step of every series builds and passes the tests of the packages its patch touches
+# (incremental: a step that passed at the same commit is not run again).
+verify-series:
+	@contrib/build/verify-series.sh
+
+# The series as they would be pushed upstream (generated code committed): build/upstream-branches.
+upstream-branches:
+	@contrib/build/upstream-branches.sh
+
+# Upstream's own CI checks on those branches, counted (not part of `make test`: see README).
+upstream-ci: upstream-branches
+	@contrib/build/upstream-ci.sh
 
 clean:
 	rm -rf $(BUILD)
