@@ -62,8 +62,7 @@ gover=$(sed -n 's/^go //p' "$KNEXT_ROOT/go.mod")
 
 failures=0
 
-# report NAME SECONDS VERDICT [LOG]: close one step in `go test -v` form. Failure details are
-# indented under a bar so that test2json does not read lines of the log as test events.
+# report NAME SECONDS VERDICT [LOG]: close one step in `go test -v` form, with LOG's failure.
 report() {
 	local name=$1 secs=$2 verdict=$3 log=${4:-}
 	if [ "$verdict" = PASS ]; then
@@ -71,7 +70,7 @@ report() {
 		return
 	fi
 	failures=$((failures + 1))
-	[ -z "$log" ] || tail -n 40 "$log" | sed 's/^/    | /'
+	[ -z "$log" ] || failure_excerpt "$log"
 	echo "--- FAIL: $name ($secs)"
 }
 
@@ -81,16 +80,17 @@ failed_packages() {
 		grep -v '^\[' | sort -u | paste -sd' ' -
 }
 
-# touched_packages TREE COMMIT: ./dir for every directory of the main module that holds a .go
-# file the commit adds or changes and still holds Go files (testdata excluded).
+# touched_packages TREE COMMIT: ./dir for every directory of the main module that holds Go files
+# and in which the commit changes, adds or removes a .go file (testdata excluded); nested:dir for
+# such directories in nested modules.
 touched_packages() {
 	local tree=$1 commit=$2 dir
-	git -C "$tree" diff --name-only --diff-filter=d "$commit^" "$commit" -- '*.go' |
-		grep -v -e '/testdata/' -e '^testdata/' | xargs -r -n1 dirname | sort -u |
+	git -C "$tree" diff --name-only "$commit^" "$commit" -- '*.go' | { grep -v -e '/testdata/' -e '^testdata/' || true; } |
+		xargs -r -n1 dirname | sort -u |
 		while read -r dir; do
+			compgen -G "$tree/$dir/*.go" >/dev/null || continue
 			# A directory in a nested module is not part of `go build ./...` of this module.
-			[ "$(module_root "$tree" "$dir")" = . ] || { echo "nested:$dir"; continue; }
-			echo "./$dir"
+			if [ "$(module_root "$tree" "$dir")" = . ]; then echo "./$dir"; else echo "nested:$dir"; fi
 		done
 }
 
