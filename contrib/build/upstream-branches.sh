@@ -27,8 +27,6 @@ out=$(cd "$out" && pwd)
 rm -rf "$out/materialized"
 KNEXT_TOOLS_DIR=$tools "$here/materialize.sh" "$out/materialized" >/dev/null
 
-generated_paths=("${KNEXT_GENERATED_PATHSPEC[@]/#:(exclude)/}")
-
 # upstream_protoc_version REPO REV: the protoc version REV's committed generated code names.
 upstream_protoc_version() {
 	local versions
@@ -41,24 +39,43 @@ upstream_protoc_version() {
 # git_base NAME REPO: fetch the upstream commit KNEXT_UPSTREAM_GIT_<NAME> names into REPO, check
 # it against the module source, and print its hash.
 git_base() {
-	local name=$1 repo=$2 var spec path rev commit excludes=() dir
+	local name=$1 repo=$2 var spec path rev commit excludes=() dir differing
 	var=KNEXT_UPSTREAM_GIT_$(tr '[:lower:]-' '[:upper:]_' <<<"$name")
 	spec=${!var}
 	path=${spec%@*}
 	rev=${spec##*@}
 	[ "$path" != "$spec" ] && [ -n "$rev" ] || die "upstream-branches: $var=$spec, want PATH@REV"
-	git -C "$repo" fetch -q --no-tags "$(cd "$path" && pwd)" "$rev" ||
+	commit=$(git -C "$path" rev-parse --verify --quiet "$rev^{commit}") ||
+		die "upstream-branches: $path has no commit $rev ($var)"
+	git -C "$repo" fetch -q --no-tags "$(cd "$path" && pwd)" "$commit" ||
 		die "upstream-branches: cannot fetch $rev from $path ($var)"
-	commit=$(git -C "$repo" rev-parse FETCH_HEAD)
 	# The module source leaves out nested modules (directories with their own go.mod).
 	for dir in $(git -C "$repo" ls-tree -r --name-only "$commit" | sed -n 's;/go\.mod$;;p'); do
 		excludes+=(":(exclude)$dir")
 	done
-	if ! git -C "$repo" diff --quiet "$(upstream_tag "$name")" "$commit" -- . "${excludes[@]}"; then
-		git -C "$repo" diff --stat "$(upstream_tag "$name")" "$commit" -- . "${excludes[@]}" >&2
-		die "upstream-branches: $rev of $path differs from $(module_path "$name") $(pinned_version "$name") outside its nested modules (above)"
-	fi
+	# Nor does it keep file modes: only contents count.
+	differing=$(git -C "$repo" diff --raw --no-abbrev "$(upstream_tag "$name")" "$commit" -- . "${excludes[@]}" |
+		awk '$3 != $4 { print $NF }')
+	[ -z "$differing" ] ||
+		die "upstream-branches: $rev of $path differs from $(module_path "$name") $(pinned_version "$name") outside its nested modules: $differing"
 	echo "$commit"
+}
+
+# executable_base REPO TAG: TAG's tree with the executable bit back on the files that start with
+# "#!" (the module source drops file modes; NRI's `go generate` runs such a script), committed
+# on TAG as the base.
+executable_base() {
+	local repo=$1 tag=$2
+	(
+		cd "$repo"
+		git checkout -q -f "$tag"
+		git ls-files -z | xargs -0 awk 'FNR == 1 && /^#!/ { print FILENAME } { nextfile }' |
+			xargs -r -d '\n' chmod +x --
+		git add --all
+		GIT_AUTHOR_DATE="2000-01-01T00:00:00Z" GIT_COMMITTER_DATE="2000-01-01T00:00:00Z" \
+			git commit --quiet --no-verify --allow-empty -m "Restore the executable bit of scripts (the module source drops file modes)"
+		git rev-parse HEAD
+	)
 }
 
 write_branch() {
@@ -72,7 +89,7 @@ write_branch() {
 	if [ -n "${!var:-}" ]; then
 		base=$(git_base "$name" "$repo")
 	else
-		base=$(git -C "$repo" rev-parse "$(upstream_tag "$name")")
+		base=$(executable_base "$repo" "$(upstream_tag "$name")")
 	fi
 	git -C "$repo" checkout -q -f -B series "$base"
 	git -C "$repo" clean -q -f -d -x
@@ -94,9 +111,9 @@ $msg"
 			(
 				cd "$repo"
 				git ls-files -v | sed -n 's/^S //p' | xargs -r git update-index --no-skip-worktree --
-				mapfile -t regenerated < <(git ls-files --cached --others --exclude-standard -- "${generated_paths[@]}")
+				mapfile -t regenerated < <(git ls-files --cached --others --exclude-standard -- "${KNEXT_GENERATED_PATHS[@]}")
 				[ ${#regenerated[@]} -eq 0 ] || set_protoc_header "$protoc_version" "${regenerated[@]}"
-				git add --all -- "${generated_paths[@]}"
+				git add --all -- "${KNEXT_GENERATED_PATHS[@]}"
 			)
 			files=$(git -C "$repo" diff --cached --name-only | paste -sd' ' -)
 			[ -z "$(git -C "$repo" status --porcelain)" ] || [ -n "$files" ] ||
@@ -121,7 +138,7 @@ $msg"
 		git -C "$repo" log -1 --format=%B | grep -q '^Signed-off-by: ' && signed=$((signed + 1))
 	done
 
-	if [ "$base" = "$(git -C "$repo" rev-parse "$(upstream_tag "$name")")" ]; then
+	if [ -z "${!var:-}" ]; then
 		# A base made from the module cache exists nowhere else: the bundle carries it.
 		git -C "$repo" bundle create -q "$out/$name.bundle" series upstream-base
 	else

@@ -58,8 +58,8 @@ count_tests() {
 	echo "$p passed, $f failed, $s skipped"
 }
 
-# target NAME TESTS(yes|no) COMMAND...: run one check in the current directory, report it in
-# `go test -v` form; failure details are indented under a bar so test2json reads them as output.
+# target NAME TESTS(yes|no) COMMAND...: run one check in the current directory and report it in
+# `go test -v` form.
 target() {
 	local name=$1 tests=$2 log start secs counts= verdict=PASS
 	shift 2
@@ -74,8 +74,7 @@ target() {
 	summary+=("$(printf '%-28s %-5s %6ss  %s' "$name" "$verdict" "$secs" "$counts")")
 	if [ "$verdict" = FAIL ]; then
 		failures=$((failures + 1))
-		grep -E -A 15 '^[[:space:]]*--- FAIL: ' "$log" | head -n 60 | sed 's/^/    | /' || true
-		tail -n 25 "$log" | sed 's/^/    | /'
+		failure_excerpt "$log"
 	fi
 	echo "--- $verdict: $name ($secs.00s)"
 }
@@ -98,7 +97,7 @@ dco() {
 # header line back to upstream's.
 generated_code_unchanged() {
 	local -a files
-	mapfile -t files < <(git ls-files --cached --others --exclude-standard -- '*.pb.go')
+	mapfile -t files < <(git ls-files --cached --others --exclude-standard -- "${KNEXT_GENERATED_PATHS[@]}")
 	[ ${#files[@]} -eq 0 ] || set_protoc_header "$1" "${files[@]}"
 	make validate-repo-no-changes
 }
@@ -110,48 +109,52 @@ clean_checkout() {
 }
 
 start=$(date +%s)
-nri=$dir/nri
-clean_checkout "$nri"
-protoc_path=$dir/protoc
-rm -rf "$protoc_path" && mkdir -p "$protoc_path/bin"
-ln -s "$(command -v protoc)" "$protoc_path/bin/protoc"
-ln -s /usr/include "$protoc_path/include"
-protoc_version=$(protoc --version | awk '{ print $2 }')
-upstream_protoc=$(sed -n 's/^PROTOBUF_VERSION[[:space:]]*=[[:space:]]*//p' "$nri/Makefile")
-[ -n "$upstream_protoc" ] || die "upstream-ci: NRI's Makefile sets no PROTOBUF_VERSION any more; re-check the substitutions"
-make_nri=(make PROTOC_PATH="$protoc_path" PROTOBUF_VERSION="$protoc_version")
-(
-	cd "$nri"
-	target nri/dco no dco "$nri"
-	touch pkg/api/api.proto
-	target nri/make-all no "${make_nri[@]}" all
-	target nri/generated-code no generated_code_unchanged "v$upstream_protoc"
-	target nri/make-build-plugins no "${make_nri[@]}" build-plugins
-	target nri/make-test yes "${make_nri[@]}" test
-	printf '%s\n' "${summary[@]}" >"$logs/summary-nri"
-	exit "$failures"
-) || failures=$?
-if [ ! -f "$nri/plugins/wasm/go.mod" ]; then
-	echo "    note: $nri has no nested modules (plugins/*): the Go module source leaves them out;"
-	echo "    set KNEXT_UPSTREAM_GIT_NRI=PATH@REV (an NRI clone) for make upstream-branches"
+if module_names | grep -qx nri; then
+	nri=$dir/nri
+	clean_checkout "$nri"
+	protoc_path=$dir/protoc
+	rm -rf "$protoc_path" && mkdir -p "$protoc_path/bin"
+	ln -s "$(command -v protoc)" "$protoc_path/bin/protoc"
+	ln -s /usr/include "$protoc_path/include"
+	protoc_version=$(protoc --version | awk '{ print $2 }')
+	upstream_protoc=$(sed -n 's/^PROTOBUF_VERSION[[:space:]]*=[[:space:]]*//p' "$nri/Makefile")
+	[ -n "$upstream_protoc" ] || die "upstream-ci: NRI's Makefile sets no PROTOBUF_VERSION any more; re-check the substitutions"
+	make_nri=(make PROTOC_PATH="$protoc_path" PROTOBUF_VERSION="$protoc_version")
+	(
+		cd "$nri"
+		target nri/dco no dco "$nri"
+		touch pkg/api/api.proto
+		target nri/make-all no "${make_nri[@]}" all
+		target nri/generated-code no generated_code_unchanged "v$upstream_protoc"
+		target nri/make-build-plugins no "${make_nri[@]}" build-plugins
+		target nri/make-test yes "${make_nri[@]}" test
+		printf '%s\n' "${summary[@]}" >"$logs/summary-nri"
+		exit "$failures"
+	) || failures=$?
+	if [ ! -f "$nri/plugins/wasm/go.mod" ]; then
+		echo "    note: $nri has no nested modules (plugins/*): the Go module source leaves them out;"
+		echo "    set KNEXT_UPSTREAM_GIT_NRI=PATH@REV (an NRI clone) for make upstream-branches"
+	fi
 fi
 
-containerd=$dir/containerd
-clean_checkout "$containerd"
-gover=$(sed -n 's/^go //p' "$KNEXT_ROOT/go.mod")
-printf 'go %s\n\nuse (\n\t./containerd\n\t./nri\n)\n' "$gover" >"$dir/upstream.work"
-packages=(./internal/cri/... ./internal/nri/...)
-(
-	cd "$containerd"
-	export GOWORK=$dir/upstream.work
-	target containerd/dco no dco "$containerd"
-	target containerd/vet no go vet "${packages[@]}"
-	target containerd/test-race yes go test -v -race "${packages[@]}"
-	target containerd/build-linux no go build ./cmd/...
-	target containerd/build-windows no env GOOS=windows go build ./cmd/...
-	printf '%s\n' "${summary[@]}" >"$logs/summary-containerd"
-	exit "$failures"
-) || failures=$((failures + $?))
+if module_names | grep -qx containerd; then
+	containerd=$dir/containerd
+	clean_checkout "$containerd"
+	gover=$(sed -n 's/^go //p' "$KNEXT_ROOT/go.mod")
+	printf 'go %s\n\nuse (\n\t./containerd\n\t./nri\n)\n' "$gover" >"$dir/upstream.work"
+	packages=(./internal/cri/... ./internal/nri/...)
+	(
+		cd "$containerd"
+		export GOWORK=$dir/upstream.work
+		target containerd/dco no dco "$containerd"
+		target containerd/vet no go vet "${packages[@]}"
+		target containerd/test-race yes go test -v -race "${packages[@]}"
+		target containerd/build-linux no go build ./cmd/...
+		target containerd/build-windows no env GOOS=windows go build ./cmd/...
+		printf '%s\n' "${summary[@]}" >"$logs/summary-containerd"
+		exit "$failures"
+	) || failures=$((failures + $?))
+fi
 
 echo
 echo "upstream-ci summary (target, result, seconds, tests and subtests):"
