@@ -41,7 +41,8 @@ export KNEXT_KUBELET := $(shell contrib/kubelet/build.sh -path $(BUILD)/kubelet)
 RELEASE_DIR := $(BUILD)/release
 export KNEXT_RELEASE := $(RELEASE_DIR)/knext-$(TAG)-linux-$(shell go env GOARCH).tar.gz
 
-.PHONY: all src build upstream images kubelet release demo test integration bench conformance patches verify verify-proto clean
+.PHONY: all src build upstream images kubelet release demo test integration bench conformance patches verify verify-proto \
+	verify-series upstream-branches upstream-ci clean
 all: build
 
 src: $(SRC_STAMP)
@@ -138,6 +139,19 @@ verify:
 # Regenerating upstream's own proto reproduces its generated files; materializing is deterministic.
 verify-proto:
 	@contrib/build/verify-proto.sh
+
+# Every step of every series builds and passes the tests of the packages its patch touches
+# (incremental: a step that passed at the same commit is not run again).
+verify-series:
+	@contrib/build/verify-series.sh
+
+# The series as they would be pushed upstream (generated code committed): build/upstream-branches.
+upstream-branches:
+	@contrib/build/upstream-branches.sh
+
+# Upstream's own CI checks on those branches, counted (not part of `make test`: see README).
+upstream-ci: upstream-branches
+	@contrib/build/upstream-ci.sh
 
 clean:
 	rm -rf $(BUILD)

@@ -1,6 +1,7 @@
 # Shared helpers for the patch-queue build. Sourced, never run.
 # The upstream modules knext patches: <tree name>=<module path>. Versions come from go.mod only.
-KNEXT_MODULES="containerd=github.com/containerd/containerd/v2 nri=github.com/containerd/nri"
+# Tests of these scripts may narrow it to one module through the environment.
+KNEXT_MODULES=${KNEXT_MODULES:-"containerd=github.com/containerd/containerd/v2 nri=github.com/containerd/nri"}
 KNEXT_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
 # A fresh machine has no git identity; every commit we make names this one explicitly.
@@ -45,7 +46,26 @@ export_series() {
 
 # Files that make src regenerates after applying the series: never part of a patch, and not
 # "work" that make src could lose.
-KNEXT_GENERATED_PATHSPEC=(':(exclude)*.pb.go' ':(exclude)pkg/api/strip.go' ':(exclude)pkg/api/owners_generated.go')
+KNEXT_GENERATED_PATHS=('*.pb.go' 'pkg/api/strip.go' 'pkg/api/owners_generated.go')
+KNEXT_GENERATED_PATHSPEC=("${KNEXT_GENERATED_PATHS[@]/#/:(exclude)}")
+
+# Generated protobuf code names the protoc that wrote it in one header line (`// protoc v3.x`).
+# Protoc releases that generate identical code differ only there (verify-proto.sh checks ours).
+# set_protoc_header VERSION FILE...: write VERSION (e.g. v3.20.1) into that line of each FILE,
+# keeping what follows the version number (protoc-gen-strip writes "v3.20.1-").
+set_protoc_header() {
+	local version=$1
+	shift
+	sed -i "s;^\(//[[:space:]]*protoc[[:space:]]\+\)v[0-9][0-9.]*\([^[:space:]]*\)\$;\1$version\2;" "$@"
+}
+
+# failure_excerpt LOG: what a failed check's log says of the failure, indented under a bar so
+# that test2json reads it as output, not as test events: go test's failure reports when there
+# are any, then the log's last lines.
+failure_excerpt() {
+	grep -E -A 12 '^[[:space:]]*--- FAIL: ' "$1" | grep -v -E '^[[:space:]]*time="' | head -n 50 | sed 's/^/    | /' || true
+	tail -n 20 "$1" | sed 's/^/    | /'
+}
 
 # same_series A B: whether the patch series in directories A and B are identical (a missing
 # directory is an empty series). Prints a unified diff when they are not.

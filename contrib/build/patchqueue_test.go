@@ -15,6 +15,7 @@ import (
 type repoCopy struct {
 	t    *testing.T
 	root string
+	env  []string // extra environment of every script run
 }
 
 func newRepoCopy(t *testing.T) *repoCopy {
@@ -38,14 +39,28 @@ func newRepoCopy(t *testing.T) *repoCopy {
 
 // run runs a script of the copy with no git identity in reach, as on a fresh machine.
 func (r *repoCopy) run(script string, args ...string) (string, error) {
+	return r.runEnv(nil, script, args...)
+}
+
+// runEnv is run with extra environment variables.
+func (r *repoCopy) runEnv(env []string, script string, args ...string) (string, error) {
 	cmd := exec.Command("bash", append([]string{filepath.Join(r.root, "contrib", "build", script)}, args...)...)
 	cmd.Dir = r.root // as from make: relative paths are relative to the repository
 	home := r.t.TempDir()
 	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home, "GOWORK=off")
+	// Go's caches stay the real ones: a new HOME would otherwise mean a cold build and module cache.
+	for _, v := range []string{"GOCACHE", "GOMODCACHE"} {
+		out, err := exec.Command("go", "env", v).Output()
+		if err != nil {
+			r.t.Fatalf("go env %s: %v", v, err)
+		}
+		cmd.Env = append(cmd.Env, v+"="+strings.TrimSpace(string(out)))
+	}
 	// Generated-code tools are cached across materializations of the real repo too.
 	if tools, err := filepath.Abs("../../build/tools"); err == nil {
 		cmd.Env = append(cmd.Env, "KNEXT_TOOLS_DIR="+tools)
 	}
+	cmd.Env = append(append(cmd.Env, r.env...), env...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }

@@ -77,6 +77,6 @@ sed -i '1s;^;//go:build !wasip1\n\n;' pkg/api/api_ttrpc.pb.go
 # generated code never ends up in a commit, hence never in patches/nri.
 if [ -d .git ]; then
 	source "$here/lib.sh"
-	git ls-files -z -- "${KNEXT_GENERATED_PATHSPEC[@]/#:(exclude)/}" |
+	git ls-files -z -- "${KNEXT_GENERATED_PATHS[@]}" |
 		xargs -0 --no-run-if-empty git update-index --skip-worktree --
 fi

@@ -31,8 +31,8 @@ mkdir -p "$tmp/committed" "$tmp/regenerated"
 git -C "$nri" archive "$tag" | tar -x -C "$tmp/committed"
 git -C "$nri" archive "$tag" | tar -x -C "$tmp/regenerated"
 "$(dirname "$0")/postpatch-nri.sh" "$tmp/regenerated" "$tmp/a/tools"
-find "$tmp/committed" "$tmp/regenerated" -name '*.go' -exec \
-	sed -i 's;^\(//[[:space:]]*protoc[[:space:]]\+\)v[0-9][^[:space:]]*$;\1vX;' {} +
+mapfile -d '' generated < <(find "$tmp/committed" "$tmp/regenerated" -name '*.go' -print0)
+set_protoc_header vX "${generated[@]}"
 if ! diff -r -u "$tmp/committed" "$tmp/regenerated"; then
 	echo "verify-proto: regenerating $tag's proto does not reproduce its generated code" >&2
 	exit 1
