@@ -16,6 +16,11 @@
 # KNEXT_UPSTREAM_GIT_NRI=/src/nri@v0.12.3) bases that module on commit REV of an upstream
 # clone instead, after checking that REV's tree equals the module's source outside its nested
 # modules; its bundle then needs REV on the receiving side, as a pull request does.
+#
+# The changes a patch needs in those nested modules (NRI's in-repo plugins implementing the
+# API) cannot be in patches/<module>, which applies to the module source: they are in
+# patches/<module>-repo/NNNN-*.patch, and with an upstream clone as the base they are folded into
+# the commit of patches/<module>/NNNN-*.patch.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/lib.sh"
@@ -105,6 +110,16 @@ write_branch() {
 $msg"
 		fi
 		count=$((count + 1))
+		for nested in "$KNEXT_ROOT/patches/$name-repo/$(basename "$patch" | cut -c1-4)"-*.patch; do
+			[ -e "$nested" ] || continue
+			if [ -z "${!var:-}" ]; then
+				echo "  $name: $(basename "$nested") left out: the base has no nested modules (set $var)"
+				continue
+			fi
+			git -C "$repo" apply --index "$nested" ||
+				die "upstream-branches: $(basename "$nested") does not apply after $(basename "$patch")"
+			git -C "$repo" commit --quiet --amend --no-edit --no-verify
+		done
 		files=
 		if [ -x "$postpatch" ]; then
 			"$postpatch" "$repo" "$tools" >/dev/null || die "upstream-branches: regenerating code after $(basename "$patch") failed"
