@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	nrilog "github.com/containerd/nri/pkg/log"
@@ -186,7 +188,7 @@ func (p *plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, _ []*a
 		}
 		// A failed release keeps the allocation for the next Synchronize: failing here
 		// would disconnect the plugin and leave every pod without status.
-		if err := release(a, alloc); err != nil {
+		if _, err := release(a, alloc); err != nil {
 			log.Errorf(ctx, "nri-bridge: synchronize: %v", err)
 			continue
 		}
@@ -218,20 +220,23 @@ func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 	p.lifecycleMu.Lock()
 	defer p.lifecycleMu.Unlock()
 
+	start := time.Now()
 	alloc, created, err := a.store.allocate(ref, nsPath, hostVethName(ref.ID))
 	if err != nil {
 		return fmt.Errorf("nri-bridge: %s: %w", ref, err)
 	}
+	stored := time.Now()
 	if err := a.net.setup(alloc); err != nil {
 		// A failed replay leaves alone what an earlier, successful start set up.
 		if created {
-			if undoErr := release(a, alloc); undoErr != nil {
+			if _, undoErr := release(a, alloc); undoErr != nil {
 				log.Errorf(ctx, "nri-bridge: undoing failed setup: %v", undoErr)
 			}
 		}
 		return fmt.Errorf("nri-bridge: %s: %w", ref, err)
 	}
-	log.Infof(ctx, "nri-bridge: %s: %s %v via %s", ref, podIfName, alloc.Addrs, alloc.HostVeth)
+	log.Infof(ctx, "nri-bridge: %s: %s %v via %s (%s)", ref, podIfName, alloc.Addrs, alloc.HostVeth,
+		timings{{"stored", stored.Sub(start)}, {"wired", time.Since(stored)}})
 	return nil
 }
 
@@ -260,23 +265,42 @@ func (p *plugin) removePod(ctx context.Context, pod *api.PodSandbox) error {
 	if alloc == nil {
 		return nil
 	}
-	if err := release(a, alloc); err != nil {
+	took, err := release(a, alloc)
+	if err != nil {
 		return fmt.Errorf("nri-bridge: %w", err)
 	}
-	log.Infof(ctx, "nri-bridge: %s: released %v", alloc.Pod, alloc.Addrs)
+	log.Infof(ctx, "nri-bridge: %s: released %v (%s)", alloc.Pod, alloc.Addrs, took)
 	return nil
 }
 
-// release tears down the pod's veth, then frees its addresses. The allocation stays when the
-// teardown fails, so that a later stop, remove or synchronize retries it.
-func release(a *activeConfig, alloc *allocation) error {
+// release tears down the pod's veth, then frees its addresses, and tells how long each step
+// took. The allocation stays when the teardown fails, so that a later stop, remove or synchronize
+// retries it.
+func release(a *activeConfig, alloc *allocation) (timings, error) {
+	start := time.Now()
 	if err := a.net.teardown(alloc); err != nil {
-		return fmt.Errorf("%s: %w", alloc.Pod, err)
+		return nil, fmt.Errorf("%s: %w", alloc.Pod, err)
 	}
+	unwired := time.Now()
 	if err := a.store.release(alloc.Pod.ID); err != nil {
-		return fmt.Errorf("%s: %w", alloc.Pod, err)
+		return nil, fmt.Errorf("%s: %w", alloc.Pod, err)
 	}
-	return nil
+	return timings{{"unwired", unwired.Sub(start)}, {"released", time.Since(unwired)}}, nil
+}
+
+// timings are the durations of the steps of a pod's setup or teardown, logged with it
+// ("stored 4.1ms, wired 2.3ms"), which is where the benchmark reads them from.
+type timings []struct {
+	step string
+	took time.Duration
+}
+
+func (t timings) String() string {
+	parts := make([]string, len(t))
+	for i, s := range t {
+		parts[i] = fmt.Sprintf("%s %s", s.step, s.took.Round(time.Microsecond))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // podIPs are the pod's addresses, primary (IPv4 when both families are configured) first.

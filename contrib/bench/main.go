@@ -50,7 +50,12 @@ type configuration struct {
 	Description string         `json:"description"`
 	Upstream    bool           `json:"upstream"` // runs the pristine upstream build
 	Plugins     []statusPlugin `json:"plugins"`
-	Storm       bool           `json:"storm"` // measures RunPodSandbox during a status storm
+	Status      bool           `json:"status"`    // measures PodSandboxStatus (issue 6)
+	Storm       bool           `json:"storm"`     // measures RunPodSandbox during a status storm
+	Lifecycle   bool           `json:"lifecycle"` // measures pod starts and removals (issue 12)
+	Ping        bool           `json:"ping"`      // measures the raw round trip to its status plugin
+	// CNILess runs with disable_cni, nri-bridge being the pod network; else the CNI network.
+	CNILess bool `json:"cniLess"`
 }
 
 func configurations(slowDelay time.Duration) []configuration {
@@ -64,18 +69,50 @@ func configurations(slowDelay time.Duration) []configuration {
 		return p
 	}
 	return []configuration{
-		{Key: "a", Description: "upstream containerd (pristine module), NRI enabled", Upstream: true, Storm: true},
-		{Key: "b", Description: "knext, NRI enabled, no status plugin"},
-		{Key: "c", Description: "knext + 1 status plugin answering from memory", Plugins: []statusPlugin{fast(1, true)}},
+		{Key: "a", Description: "upstream containerd (pristine module), NRI enabled, CNI", Upstream: true,
+			Status: true, Storm: true, Lifecycle: true},
+		{Key: "b", Description: "knext, NRI enabled, no NRI plugin, CNI", Status: true, Lifecycle: true},
+		{Key: "c", Description: "knext + 1 status plugin answering from memory", Plugins: []statusPlugin{fast(1, true)},
+			Status: true, Ping: true},
 		{Key: "d", Description: "knext + 3 status plugins answering from memory",
-			Plugins: []statusPlugin{fast(1, true), fast(2, false), fast(3, false)}},
+			Plugins: []statusPlugin{fast(1, true), fast(2, false), fast(3, false)}, Status: true},
 		{Key: "e", Description: fmt.Sprintf("knext + 1 status plugin taking %s per answer", slowDelay),
-			Plugins: []statusPlugin{slow(1, true)}, Storm: true},
+			Plugins: []statusPlugin{slow(1, true)}, Status: true, Storm: true},
 		// Not in the issue, opt-in: shows whether plugins are asked concurrently (S3) without the
 		// CPU contention that three fast plugins cause on a small machine.
 		{Key: "f", Description: fmt.Sprintf("knext + 3 status plugins taking %s per answer", slowDelay),
-			Plugins: []statusPlugin{slow(1, true), slow(2, false), slow(3, false)}},
+			Plugins: []statusPlugin{slow(1, true), slow(2, false), slow(3, false)}, Status: true},
+		{Key: "g", Description: "knext CNI-less (disable_cni) + nri-bridge", Lifecycle: true, CNILess: true},
 	}
+}
+
+// benchmarks are the parts of the run -benchmarks selects.
+type benchmarks struct {
+	Status    bool `json:"status"`    // PodSandboxStatus (issue 6), with the raw round trip (issue 12)
+	Lifecycle bool `json:"lifecycle"` // pod starts and removals (issue 12)
+	Scale     bool `json:"scale"`     // restart and status sweep with many pods (issue 12)
+}
+
+func parseBenchmarks(list string) (benchmarks, error) {
+	var b benchmarks
+	for _, name := range strings.Split(list, ",") {
+		switch strings.TrimSpace(name) {
+		case "status":
+			b.Status = true
+		case "lifecycle":
+			b.Lifecycle = true
+		case "scale":
+			b.Scale = true
+		default:
+			return b, fmt.Errorf("-benchmarks: unknown benchmark %q (known: status, lifecycle, scale)", name)
+		}
+	}
+	return b, nil
+}
+
+// measures tells whether configuration c has anything to measure in the selected rounds.
+func (b benchmarks) measures(c configuration) bool {
+	return (b.Status && c.Status) || (b.Lifecycle && c.Lifecycle)
 }
 
 // settings are the command line.
@@ -94,6 +131,16 @@ type settings struct {
 	LogLevel   string        `json:"logLevel"`
 	NRITimeout time.Duration `json:"nriRequestTimeoutNs"`
 	Profile    string        `json:"profile,omitempty"` // directory of daemon CPU profiles
+
+	Benchmarks    string     `json:"benchmarks"`
+	Selected      benchmarks `json:"-"`
+	LifecyclePods int        `json:"lifecyclePods"` // pods started and removed per round and concurrency
+	CNITracePods  int        `json:"cniTracePods"`  // pods of the traced CNI pass per round
+	ScalePods     int        `json:"scalePods"`
+	ScaleRepeats  int        `json:"scaleRepeats"`
+	Bridge        string     `json:"bridge"`   // nri-bridge binary
+	CNITrace      string     `json:"cniTrace"` // cnitrace binary
+	CNIBinDir     string     `json:"cniBinDir"`
 }
 
 func main() {
@@ -104,12 +151,20 @@ func main() {
 	flag.IntVar(&s.StormPods, "storm-pods", 10, "pods created (one at a time) during each status storm")
 	flag.IntVar(&s.Bursts, "bursts", 20, "bursts of 16 concurrent queries for one pod")
 	flag.DurationVar(&s.SlowDelay, "slow-delay", 50*time.Millisecond, "answer time of the slow plugin of configuration e")
-	flag.StringVar(&s.Configs, "configs", "a,b,c,d,e", "configurations to run, comma-separated: a (the baseline of every ratio) to e, and the opt-in f")
+	flag.StringVar(&s.Configs, "configs", "a,b,c,d,e,g", "configurations to run, comma-separated: a (the baseline of every ratio) to e, g, and the opt-in f")
 	flag.StringVar(&s.Upstream, "upstream", binaryIn("KNEXT_UPSTREAM_BIN_DIR", "containerd"),
 		"upstream containerd binary (make upstream; default from $KNEXT_UPSTREAM_BIN_DIR); its shim must be next to it")
 	flag.StringVar(&s.Knext, "knext", binaryIn("KNEXT_BIN_DIR", "containerd"),
 		"knext containerd binary (make build; default from $KNEXT_BIN_DIR); its shim must be next to it")
 	flag.StringVar(&s.Plugin, "plugin", "", "status plugin binary (contrib/bench/statusplugin)")
+	flag.StringVar(&s.Bridge, "nri-bridge", binaryIn("KNEXT_BIN_DIR", "nri-bridge"), "nri-bridge binary (make build), the network of configuration g")
+	flag.StringVar(&s.CNITrace, "cnitrace", "", "CNI plugin timing wrapper (contrib/bench/cnitrace); without it, no CNI breakdown")
+	flag.StringVar(&s.CNIBinDir, "cni-bin-dir", "/usr/lib/cni", "the real CNI plugins (bridge, host-local, loopback, portmap)")
+	flag.StringVar(&s.Benchmarks, "benchmarks", "status,lifecycle,scale", "parts to run, comma-separated: status, lifecycle, scale")
+	flag.IntVar(&s.LifecyclePods, "lifecycle-pods", 60, "pods started and removed per configuration, round and concurrency")
+	flag.IntVar(&s.CNITracePods, "cni-trace-pods", 10, "pods of the traced CNI pass per round of a and b (0: none)")
+	flag.IntVar(&s.ScalePods, "scale-pods", 200, "pods of each configuration in the scale measurements")
+	flag.IntVar(&s.ScaleRepeats, "scale-repeats", 3, "daemon restarts per configuration in the scale measurements")
 	flag.StringVar(&s.Out, "out", "build/bench/report.json", "JSON report")
 	flag.StringVar(&s.LogLevel, "log-level", "info", "containerd log level (upstream's default)")
 	flag.DurationVar(&s.NRITimeout, "nri-request-timeout", 2*time.Second, "NRI plugin_request_timeout")
@@ -130,13 +185,19 @@ func run(ctx context.Context, s settings) error {
 	if err != nil {
 		return err
 	}
+	if s.Selected, err = parseBenchmarks(s.Benchmarks); err != nil {
+		return err
+	}
 	if err := s.check(configs); err != nil {
 		return err
 	}
 	report := newReport(s, configs)
-	log.Printf("bench: %d pods, configurations %s, %d rounds, %s per measurement", s.Pods, s.Configs, s.Repeats, s.Duration)
+	log.Printf("bench: %s; %d pods, configurations %s, %d rounds, %s per measurement", s.Benchmarks, s.Pods, s.Configs, s.Repeats, s.Duration)
 
 	runErr := runRounds(ctx, s, configs, report)
+	if runErr == nil && s.Selected.Scale {
+		runErr = runScale(ctx, s, configs, report)
+	}
 	report.finish()
 	if runErr == nil {
 		report.printTable(os.Stdout)
@@ -157,11 +218,14 @@ func runRounds(ctx context.Context, s settings, configs []configuration, report 
 	var instances []*instance
 	defer func() {
 		for _, in := range instances {
-			err = errors.Join(err, in.h.Close())
+			err = errors.Join(err, in.close())
 		}
 	}()
 	for _, c := range configs {
-		in, err := newInstance(ctx, s, c)
+		if !s.Selected.measures(c) {
+			continue
+		}
+		in, err := newInstance(ctx, s, c, s.Pods)
 		if in != nil {
 			instances = append(instances, in)
 		}
@@ -181,15 +245,21 @@ func runRounds(ctx context.Context, s settings, configs []configuration, report 
 	return nil
 }
 
+// maxPodsPerInstance is what an instance's /24 holds with room to spare.
+const maxPodsPerInstance = 250
+
 func (s settings) check(configs []configuration) error {
 	if s.Pods < 16 || s.Pods > 200 {
 		return fmt.Errorf("-pods %d: want 16..200 (concurrency 16 needs distinct pods; the CNI subnet is a /24)", s.Pods)
 	}
-	if s.Pods+s.StormPods > 250 {
-		return fmt.Errorf("-pods %d + -storm-pods %d exceed the CNI /24", s.Pods, s.StormPods)
+	if extra := max(s.StormPods, s.LifecyclePods, s.CNITracePods); s.Pods+extra > maxPodsPerInstance {
+		return fmt.Errorf("-pods %d + %d (-storm-pods, -lifecycle-pods or -cni-trace-pods) exceed the /24 of an instance", s.Pods, extra)
 	}
-	if s.Repeats < 1 || s.Duration <= 0 || s.Bursts < 1 || s.StormPods < 1 {
-		return errors.New("-repeats, -duration, -bursts and -storm-pods must be positive")
+	if s.ScalePods < 1 || s.ScalePods > maxPodsPerInstance {
+		return fmt.Errorf("-scale-pods %d: want 1..%d (the subnet of an instance is a /24)", s.ScalePods, maxPodsPerInstance)
+	}
+	if s.Repeats < 1 || s.Duration <= 0 || s.Bursts < 1 || s.StormPods < 1 || s.LifecyclePods < 1 || s.ScaleRepeats < 1 || s.CNITracePods < 0 {
+		return errors.New("-repeats, -duration, -bursts, -storm-pods, -lifecycle-pods and -scale-repeats must be positive, -cni-trace-pods not negative")
 	}
 	var errs []error
 	if s.Knext == "" {
@@ -202,8 +272,11 @@ func (s settings) check(configs []configuration) error {
 		if len(c.Plugins) > 0 && s.Plugin == "" {
 			errs = append(errs, fmt.Errorf("configuration %s needs -plugin (go build ./contrib/bench/statusplugin)", c.Key))
 		}
+		if c.CNILess && s.Bridge == "" {
+			errs = append(errs, fmt.Errorf("configuration %s needs -nri-bridge (`make build` builds it)", c.Key))
+		}
 	}
-	for _, path := range []string{s.Knext, s.Upstream, s.Plugin} {
+	for _, path := range []string{s.Knext, s.Upstream, s.Plugin, s.Bridge, s.CNITrace} {
 		if path == "" {
 			continue
 		}
@@ -238,7 +311,7 @@ func selectConfigurations(all []configuration, list string) ([]configuration, er
 		}
 	}
 	for key := range wanted {
-		return nil, fmt.Errorf("-configs: unknown configuration %q (known: a, b, c, d, e, f)", key)
+		return nil, fmt.Errorf("-configs: unknown configuration %q (known: a, b, c, d, e, f, g)", key)
 	}
 	if len(selected) == 0 || selected[0].Key != "a" {
 		return nil, errors.New("-configs must include a: every ratio is to upstream")

@@ -87,23 +87,24 @@ func mergeTables(dst, src table) {
 
 // cniConfig returns the instance's CNI network: a bridge with its own name and /24, host-local
 // allocations under the root, and no masquerading (no iptables rules to leak).
+// With Options.CNIPortMap, portmap follows the bridge (it only acts on pods with host ports).
 func (h *Harness) cniConfig() ([]byte, error) {
-	return json.MarshalIndent(map[string]any{
-		"cniVersion": "1.0.0",
-		"name":       h.Network,
-		"plugins": []any{map[string]any{
-			"type":      "bridge",
-			"bridge":    h.Bridge,
-			"isGateway": true,
-			"ipMasq":    false,
-			"ipam": map[string]any{
-				"type":    "host-local",
-				"dataDir": h.IPAMDataDir,
-				"ranges":  [][]map[string]string{{{"subnet": h.Subnet.String()}}},
-				"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
-			},
-		}},
-	}, "", "  ")
+	plugins := []any{map[string]any{
+		"type":      "bridge",
+		"bridge":    h.Bridge,
+		"isGateway": true,
+		"ipMasq":    false,
+		"ipam": map[string]any{
+			"type":    "host-local",
+			"dataDir": h.IPAMDataDir,
+			"ranges":  [][]map[string]string{{{"subnet": h.Subnet.String()}}},
+			"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
+		},
+	}}
+	if h.opts.CNIPortMap {
+		plugins = append(plugins, map[string]any{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}})
+	}
+	return json.MarshalIndent(map[string]any{"cniVersion": "1.0.0", "name": h.Network, "plugins": plugins}, "", "  ")
 }
 
 // crictlConfig points crictl at the instance, so that CRI_CONFIG_FILE is all a shell needs.

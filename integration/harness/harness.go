@@ -67,8 +67,12 @@ type Options struct {
 	Runc string
 	// Crictl is the crictl binary. Default: crictl from PATH.
 	Crictl string
-	// CNIBinDir holds the CNI plugins (bridge, host-local, loopback). Default: /usr/lib/cni.
+	// CNIBinDir holds the CNI plugins (bridge, host-local, loopback; portmap with CNIPortMap).
+	// Default: /usr/lib/cni.
 	CNIBinDir string
+	// CNIPortMap chains portmap after bridge in the instance's network, as a typical node's
+	// conflist does (containerd's example conflist: bridge + host-local + portmap, loopback).
+	CNIPortMap bool
 	// NRIRequestTimeout is NRI's plugin_request_timeout. Default: 2s.
 	NRIRequestTimeout time.Duration
 	// NRIRegistrationTimeout is NRI's plugin_registration_timeout. Default: 5s.

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"encoding/json"
 	"net"
 	"strings"
 	"testing"
@@ -49,6 +50,34 @@ func TestContainerdConfigRejectsInvalidExtraConfig(t *testing.T) {
 	h := &Harness{opts: Options{ExtraConfig: "[plugins"}}
 	if _, err := h.containerdConfig(); err == nil || !strings.Contains(err.Error(), "ExtraConfig") {
 		t.Errorf("invalid ExtraConfig gave error %v, want one naming ExtraConfig", err)
+	}
+}
+
+func TestCNIConfigChainsPortMapOnRequest(t *testing.T) {
+	_, subnet, _ := net.ParseCIDR("10.250.3.0/24")
+	for _, portMap := range []bool{false, true} {
+		h := &Harness{Network: "knext-x", Bridge: "knxx", Subnet: subnet, opts: Options{CNIPortMap: portMap}}
+		data, err := h.cniConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var conflist struct {
+			Plugins []struct{ Type string } `json:"plugins"`
+		}
+		if err := json.Unmarshal(data, &conflist); err != nil {
+			t.Fatal(err)
+		}
+		var types []string
+		for _, p := range conflist.Plugins {
+			types = append(types, p.Type)
+		}
+		want := "bridge"
+		if portMap {
+			want = "bridge portmap"
+		}
+		if got := strings.Join(types, " "); got != want {
+			t.Errorf("CNIPortMap %v: plugins %q, want %q", portMap, got, want)
+		}
 	}
 }
 

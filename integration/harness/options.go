@@ -82,6 +82,9 @@ func (o *Options) complete() error {
 		{filepath.Join(o.CNIBinDir, "host-local"), deps},
 		{filepath.Join(o.CNIBinDir, "loopback"), deps},
 	}
+	if o.CNIPortMap {
+		required = append(required, struct{ path, remedy string }{filepath.Join(o.CNIBinDir, "portmap"), deps})
+	}
 	var errs []error
 	for _, r := range required {
 		if _, err := os.Stat(r.path); err != nil {
