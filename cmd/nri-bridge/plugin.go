@@ -20,6 +20,9 @@ import (
 // tests that run without root.
 type podNetwork interface {
 	setup(*allocation) error
+	// detach cuts the pod off the network at once and cheaply; teardown then removes what
+	// setup created. Both do nothing when that is already gone.
+	detach(*allocation) error
 	teardown(*allocation) error
 }
 
@@ -34,6 +37,11 @@ type plugin struct {
 	active      atomic.Pointer[activeConfig]
 	activateMu  sync.Mutex
 	lifecycleMu sync.Mutex
+
+	// releases are the stopped pods whose veth is being deleted and whose addresses are then
+	// freed in the background, each with a channel closed when that is over.
+	releasesMu sync.Mutex
+	releases   map[string]chan struct{}
 }
 
 // activeConfig is the configuration in use with the store and network built from it.
@@ -120,8 +128,9 @@ func (p *plugin) prepare(yamlDoc []byte) (*settings, podNetwork, error) {
 	return s, network, nil
 }
 
-// close releases the store; the plugin is unusable afterwards.
+// close waits for the releases in flight and closes the store; the plugin is unusable afterwards.
 func (p *plugin) close() error {
+	p.waitReleases()
 	if a := p.active.Load(); a != nil {
 		return a.store.close()
 	}
@@ -160,6 +169,7 @@ func (p *plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, _ []*a
 	}
 	p.lifecycleMu.Lock()
 	defer p.lifecycleMu.Unlock()
+	p.waitReleases() // reconcile what they leave
 
 	live := map[string]bool{}
 	for _, pod := range pods {
@@ -222,6 +232,10 @@ func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 
 	start := time.Now()
 	alloc, created, err := a.store.allocate(ref, nsPath, hostVethName(ref.ID))
+	if errors.As(err, new(*poolExhaustedError)) && p.waitReleases() > 0 {
+		// The addresses of stopped pods were on their way back.
+		alloc, created, err = a.store.allocate(ref, nsPath, hostVethName(ref.ID))
+	}
 	if err != nil {
 		return fmt.Errorf("nri-bridge: %s: %w", ref, err)
 	}
@@ -240,7 +254,8 @@ func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 	return nil
 }
 
-// StopPodSandbox tears the pod's network down and releases its addresses.
+// StopPodSandbox takes the pod off the network, then deletes its veth and releases its
+// addresses in the background.
 func (p *plugin) StopPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 	return p.removePod(ctx, pod)
 }
@@ -257,6 +272,9 @@ func (p *plugin) removePod(ctx context.Context, pod *api.PodSandbox) error {
 	}
 	p.lifecycleMu.Lock()
 	defer p.lifecycleMu.Unlock()
+	if p.releasing(pod.GetId()) {
+		return nil
+	}
 
 	alloc, err := a.store.get(pod.GetId())
 	if err != nil {
@@ -265,12 +283,65 @@ func (p *plugin) removePod(ctx context.Context, pod *api.PodSandbox) error {
 	if alloc == nil {
 		return nil
 	}
-	took, err := release(a, alloc)
-	if err != nil {
-		return fmt.Errorf("nri-bridge: %w", err)
+	start := time.Now()
+	if err := a.net.detach(alloc); err != nil {
+		return fmt.Errorf("nri-bridge: %s: %w", alloc.Pod, err)
 	}
-	log.Infof(ctx, "nri-bridge: %s: released %v (%s)", alloc.Pod, alloc.Addrs, took)
+	p.releaseInBackground(a, alloc, time.Since(start))
 	return nil
+}
+
+// releaseInBackground deletes the detached pod's veth, then frees its addresses, off the
+// runtime's path: deleting a network device waits for RCU grace periods (tens of milliseconds
+// on a busy host), and the runtime removes the pod's netns, which deletes the veth anyway. The
+// addresses stay allocated until the veth is gone, so no other pod gets them early; a pod start
+// that finds its pool exhausted waits for the releases in flight. A failed release keeps the
+// allocation for the next remove or synchronize to retry.
+func (p *plugin) releaseInBackground(a *activeConfig, alloc *allocation, detached time.Duration) {
+	done := make(chan struct{})
+	p.releasesMu.Lock()
+	if p.releases == nil {
+		p.releases = map[string]chan struct{}{}
+	}
+	p.releases[alloc.Pod.ID] = done
+	p.releasesMu.Unlock()
+	go func() {
+		defer func() {
+			p.releasesMu.Lock()
+			delete(p.releases, alloc.Pod.ID)
+			p.releasesMu.Unlock()
+			close(done)
+		}()
+		ctx := context.Background()
+		took, err := release(a, alloc)
+		if err != nil {
+			log.Errorf(ctx, "nri-bridge: %v", err)
+			return
+		}
+		log.Infof(ctx, "nri-bridge: %s: released %v (%s)", alloc.Pod, alloc.Addrs,
+			append(timings{{"detached", detached}}, took...))
+	}()
+}
+
+// releasing tells whether the pod's release is in flight.
+func (p *plugin) releasing(podID string) bool {
+	p.releasesMu.Lock()
+	defer p.releasesMu.Unlock()
+	return p.releases[podID] != nil
+}
+
+// waitReleases waits for the releases in flight and tells how many there were.
+func (p *plugin) waitReleases() int {
+	p.releasesMu.Lock()
+	pending := make([]chan struct{}, 0, len(p.releases))
+	for _, done := range p.releases {
+		pending = append(pending, done)
+	}
+	p.releasesMu.Unlock()
+	for _, done := range pending {
+		<-done
+	}
+	return len(pending)
 }
 
 // release tears down the pod's veth, then frees its addresses, and tells how long each step
