@@ -34,6 +34,7 @@ func (in *instance) measureLifecycle(ctx context.Context, width, round int) (Lif
 		return sample, err
 	}
 
+	profiled := in.profilePhase(ctx, round, width, "run")
 	start := time.Now()
 	runErr := forEach(n, width, func(i int) error {
 		config := in.h.PodConfig(fmt.Sprintf("life-r%d-c%d-%03d", round, width, i))
@@ -47,14 +48,18 @@ func (in *instance) measureLifecycle(ctx context.Context, width, round int) (Lif
 		return nil
 	})
 	sample.RunSeconds = time.Since(start).Seconds()
+	runErr = errors.Join(runErr, profiled())
 	afterRun, err := in.lifecycleProbes(ctx)
 	runErr = errors.Join(runErr, err)
 	if runErr == nil {
-		// Untimed, and after the probes (its status queries are not RunPodSandbox's): every
+		// Untimed, and between the probes (its status queries are neither phase's): every
 		// measured pod is a working pod of this configuration's network.
 		runErr = forEach(n, stormWidth, func(i int) error { return in.checkPod(ctx, ids[i], false, nil) })
 	}
+	beforeRemove, err := in.lifecycleProbes(ctx)
+	runErr = errors.Join(runErr, err)
 
+	profiled = in.profilePhase(ctx, round, width, "stop-remove")
 	start = time.Now()
 	removeErr := forEach(n, width, func(i int) error {
 		if ids[i] == "" {
@@ -68,7 +73,7 @@ func (in *instance) measureLifecycle(ctx context.Context, width, round int) (Lif
 		return nil
 	})
 	sample.StopRemoveSeconds = time.Since(start).Seconds()
-	if err := errors.Join(runErr, removeErr); err != nil {
+	if err := errors.Join(runErr, removeErr, profiled()); err != nil {
 		return sample, err
 	}
 	after, err := in.lifecycleProbes(ctx)
@@ -76,11 +81,28 @@ func (in *instance) measureLifecycle(ctx context.Context, width, round int) (Lif
 		return sample, err
 	}
 	sample.summarize()
-	sample.NRI = hookLatencies(before.nri, afterRun.nri, after.nri)
+	sample.NRI = hookLatencies(before.nri, afterRun.nri, beforeRemove.nri, after.nri)
 	sample.Bridge = bridgeTimingsSince(in.bridgeLog(), before.bridgeLogSize, n)
 	log.Printf("bench:   lifecycle c%d: RunPodSandbox p50 %.1f ms p99 %.1f ms; Stop+Remove p50 %.1f ms p99 %.1f ms (%d pods)",
 		width, sample.RunP50Ms, sample.RunP99Ms, sample.StopRemoveP50Ms, sample.StopRemoveP99Ms, n)
 	return sample, nil
+}
+
+// lifecyclePhaseProfile is how long the daemon's CPU profile of a lifecycle phase runs (-profile),
+// from the phase's start: a phase's length is not known in advance.
+const lifecyclePhaseProfile = 5
+
+// profilePhase starts the daemon's CPU profile of a lifecycle phase when profiles are wanted,
+// written to <config>-round<n>-lifecycle-c<width>-<phase>.pprof, and returns the function that
+// waits for it.
+func (in *instance) profilePhase(ctx context.Context, round, width int, phase string) func() error {
+	if in.debugSocket == "" {
+		return func() error { return nil }
+	}
+	done := make(chan error, 1)
+	name := fmt.Sprintf("%s-round%d-lifecycle-c%d-%s.pprof", in.c.Key, round, width, phase)
+	go func() { done <- in.profile(ctx, filepath.Join(in.s.Profile, name), lifecyclePhaseProfile) }()
+	return func() error { return <-done }
 }
 
 // probes are the counters read around a lifecycle phase.
@@ -119,8 +141,8 @@ func (s *LifecycleSample) summarize() {
 }
 
 // hookLatencies returns the NRI plugin calls of the start phase (before..afterRun) and of the
-// removal phase (afterRun..after), per plugin and operation.
-func hookLatencies(before, afterRun, after nriLatencies) []HookLatency {
+// removal phase (beforeRemove..after), per plugin and operation.
+func hookLatencies(before, afterRun, beforeRemove, after nriLatencies) []HookLatency {
 	if before == nil {
 		return nil
 	}
@@ -128,7 +150,7 @@ func hookLatencies(before, afterRun, after nriLatencies) []HookLatency {
 	for _, phase := range []struct {
 		name          string
 		from, through nriLatencies
-	}{{"run", before, afterRun}, {"stop+remove", afterRun, after}} {
+	}{{"run", before, afterRun}, {"stop+remove", beforeRemove, after}} {
 		for _, d := range phase.through.since(phase.from) {
 			d.Phase = phase.name
 			hooks = append(hooks, d)
@@ -138,14 +160,26 @@ func hookLatencies(before, afterRun, after nriLatencies) []HookLatency {
 }
 
 // bridgeStep matches a step's duration in nri-bridge's log lines ("stored 4.1ms, wired 2.3ms").
-var bridgeStep = regexp.MustCompile(`\b(stored|wired|unwired|released) ([0-9.]+(?:ns|µs|us|ms|s))\b`)
+var bridgeStep = regexp.MustCompile(`\b(stored|wired|detached|unwired|released) ([0-9.]+(?:ns|µs|us|ms|s))\b`)
 
 // bridgeTimingsSince returns the mean duration of each step nri-bridge logged after offset of its
-// log (nil without a log).
+// log (nil without a log). nri-bridge deletes a stopped pod's veth and releases its addresses
+// after the hook: it waits up to 5 s for every release to be logged.
 func bridgeTimingsSince(path string, offset int64, pods int) *BridgeTimings {
 	if path == "" {
 		return nil
 	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		t := readBridgeTimings(path, offset, pods)
+		if t.Releases >= pods || time.Now().After(deadline) {
+			return t
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func readBridgeTimings(path string, offset int64, pods int) *BridgeTimings {
 	f, err := os.Open(path)
 	if err != nil {
 		return &BridgeTimings{Error: err.Error()}
@@ -176,7 +210,8 @@ func parseBridgeTimings(lines *bufio.Scanner, pods int) *BridgeTimings {
 		return ms(sums[step] / time.Duration(counts[step]))
 	}
 	t := &BridgeTimings{Setups: counts["wired"], Releases: counts["released"],
-		StoredMs: mean("stored"), WiredMs: mean("wired"), UnwiredMs: mean("unwired"), ReleasedMs: mean("released")}
+		StoredMs: mean("stored"), WiredMs: mean("wired"), DetachedMs: mean("detached"), UnwiredMs: mean("unwired"),
+		ReleasedMs: mean("released")}
 	if t.Setups != pods || t.Releases != pods {
 		t.Error = fmt.Sprintf("nri-bridge logged %d setups and %d releases for %d pods", t.Setups, t.Releases, pods)
 	}

@@ -44,12 +44,16 @@ func TestNRILatenciesAreDeltasPerPluginAndOperation(t *testing.T) {
 func TestHookLatenciesSplitThePhases(t *testing.T) {
 	k := nriKey{"10-bridge", "RunPodSandbox"}
 	s := nriKey{"10-bridge", "StopPodSandbox"}
-	hooks := hookLatencies(nriLatencies{}, nriLatencies{k: {2, 0.01}}, nriLatencies{k: {2, 0.01}, s: {2, 0.004}})
+	st := nriKey{"10-bridge", "PodSandboxStatus"}
+	// Between the phases, the benchmark's own status queries: in neither phase.
+	afterRun := nriLatencies{k: {2, 0.01}}
+	beforeRemove := nriLatencies{k: {2, 0.01}, st: {2, 0.001}}
+	hooks := hookLatencies(nriLatencies{}, afterRun, beforeRemove, nriLatencies{k: {2, 0.01}, st: {2, 0.001}, s: {2, 0.004}})
 	if len(hooks) != 2 || hooks[0].Phase != "run" || hooks[0].Operation != "RunPodSandbox" ||
 		hooks[1].Phase != "stop+remove" || hooks[1].Operation != "StopPodSandbox" || math.Abs(hooks[1].MeanMs-2) > 1e-9 {
-		t.Errorf("hooks = %+v, want RunPodSandbox in run, StopPodSandbox (2 ms) in stop+remove", hooks)
+		t.Errorf("hooks = %+v, want RunPodSandbox in run, StopPodSandbox (2 ms) in stop+remove, nothing else", hooks)
 	}
-	if hookLatencies(nil, nil, nil) != nil {
+	if hookLatencies(nil, nil, nil, nil) != nil {
 		t.Error("hooks without metrics are not nil")
 	}
 }
@@ -57,12 +61,13 @@ func TestHookLatenciesSplitThePhases(t *testing.T) {
 func TestBridgeTimingsFromItsLog(t *testing.T) {
 	log := `time="x" level=info msg="nri-bridge: pod knext-test/p1 (sandbox 1): eth0 [10.0.0.2/24] via nbr1 (stored 4ms, wired 2.5ms)"
 time="x" level=info msg="nri-bridge: pod knext-test/p2 (sandbox 2): eth0 [10.0.0.3/24] via nbr2 (stored 2ms, wired 500µs)"
-time="x" level=info msg="nri-bridge: pod knext-test/p1 (sandbox 1): released [10.0.0.2/24] (unwired 10ms, released 1ms)"
+time="x" level=info msg="nri-bridge: pod knext-test/p1 (sandbox 1): released [10.0.0.2/24] (detached 300µs, unwired 10ms, released 1ms)"
 time="x" level=info msg="nri-bridge: synchronized: 2 pods from the runtime, 2 allocations kept"
 `
 	got := parseBridgeTimings(bufio.NewScanner(strings.NewReader(log)), 2)
-	if got.Setups != 2 || got.StoredMs != 3 || got.WiredMs != 1.5 || got.Releases != 1 || got.UnwiredMs != 10 || got.ReleasedMs != 1 {
-		t.Errorf("timings = %+v, want 2 setups (3 ms, 1.5 ms) and 1 release (10 ms, 1 ms)", got)
+	if got.Setups != 2 || got.StoredMs != 3 || got.WiredMs != 1.5 || got.Releases != 1 || got.DetachedMs != 0.3 ||
+		got.UnwiredMs != 10 || got.ReleasedMs != 1 {
+		t.Errorf("timings = %+v, want 2 setups (3 ms, 1.5 ms) and 1 release (0.3 ms, 10 ms, 1 ms)", got)
 	}
 	if !strings.Contains(got.Error, "1 releases for 2 pods") {
 		t.Errorf("error %q, want the missing release named", got.Error)

@@ -491,7 +491,8 @@ func (in *instance) measureStatus(ctx context.Context, v variant, round int, plu
 	if in.debugSocket != "" {
 		profileDone = make(chan error, 1)
 		name := fmt.Sprintf("%s-round%d-%s.pprof", in.c.Key, round, strings.ReplaceAll(v.String(), " ", "-"))
-		go func() { profileDone <- in.profile(ctx, filepath.Join(in.s.Profile, name)) }()
+		seconds := max(1, int(in.s.Duration.Round(time.Second).Seconds()))
+		go func() { profileDone <- in.profile(ctx, filepath.Join(in.s.Profile, name), seconds) }()
 	}
 	start := time.Now()
 	load := in.runStatusLoad(ctx, v.Concurrency, v.Verbose, start.Add(in.s.Duration))
@@ -520,16 +521,14 @@ func (in *instance) measureStatus(ctx context.Context, v variant, round int, plu
 	return sample, nil
 }
 
-// profile writes the daemon's CPU profile over the measurement's duration (whole seconds, at
-// least one) to path.
-func (in *instance) profile(ctx context.Context, path string) error {
+// profile writes the daemon's CPU profile over the next seconds to path.
+func (in *instance) profile(ctx context.Context, path string, seconds int) error {
 	client := &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", in.debugSocket)
 		},
 	}}
 	defer client.CloseIdleConnections()
-	seconds := max(1, int(in.s.Duration.Round(time.Second).Seconds()))
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://containerd/debug/pprof/profile?seconds=%d", seconds), nil)
 	if err != nil {
 		return err

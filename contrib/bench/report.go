@@ -110,12 +110,14 @@ type HookLatency struct {
 }
 
 // BridgeTimings are the mean durations of nri-bridge's steps, from its log: storing the
-// allocation (durably) and wiring the pod in RunPodSandbox, unwiring and releasing on removal.
+// allocation (durably) and wiring the pod in RunPodSandbox; detaching the pod in StopPodSandbox,
+// then deleting its veth (unwired) and releasing its addresses after the hook.
 type BridgeTimings struct {
 	Setups     int     `json:"setups"`
 	Releases   int     `json:"releases"`
 	StoredMs   float64 `json:"storedMs"`
 	WiredMs    float64 `json:"wiredMs"`
+	DetachedMs float64 `json:"detachedMs"`
 	UnwiredMs  float64 `json:"unwiredMs"`
 	ReleasedMs float64 `json:"releasedMs"`
 	Error      string  `json:"error,omitempty"`

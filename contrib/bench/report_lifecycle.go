@@ -114,8 +114,9 @@ func (r *report) lifecycleSteps() []StepSummary {
 				const src = "nri-bridge log"
 				add(key{run.Config, s.Concurrency, "run", "nri-bridge: store the allocation (durable)", src}, run.Round, 1, b.StoredMs)
 				add(key{run.Config, s.Concurrency, "run", "nri-bridge: wire the pod (netlink)", src}, run.Round, 1, b.WiredMs)
-				add(key{run.Config, s.Concurrency, "stop+remove", "nri-bridge: unwire the pod (netlink)", src}, run.Round, 1, b.UnwiredMs)
-				add(key{run.Config, s.Concurrency, "stop+remove", "nri-bridge: release the allocation", src}, run.Round, 1, b.ReleasedMs)
+				add(key{run.Config, s.Concurrency, "stop+remove", "nri-bridge: detach the pod (netlink)", src}, run.Round, 1, b.DetachedMs)
+				add(key{run.Config, s.Concurrency, "stop+remove", "nri-bridge: delete the veth (after the hook)", src}, run.Round, 1, b.UnwiredMs)
+				add(key{run.Config, s.Concurrency, "stop+remove", "nri-bridge: release the allocation (after the hook)", src}, run.Round, 1, b.ReleasedMs)
 			}
 		}
 		if t := run.CNI; t != nil {
