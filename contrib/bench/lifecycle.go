@@ -127,7 +127,7 @@ func (in *instance) lifecycleProbes(ctx context.Context) (probes, error) {
 
 // bridgeLog is nri-bridge's log file ("" without nri-bridge).
 func (in *instance) bridgeLog() string {
-	if !in.c.CNILess {
+	if !in.c.bridged() {
 		return ""
 	}
 	return filepath.Join(in.h.Root, bridgeProcessName+".log")

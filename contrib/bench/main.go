@@ -1,24 +1,41 @@
-// Command bench measures what knext's NRI PodSandboxStatus path costs, against upstream containerd,
-// in one run on one machine (`make bench`; DESIGN.md §2 S3/S4/S8, §3 C2/C7; issue 6).
+// Command bench measures what knext costs against upstream containerd, in one run on one machine
+// (`make bench`; docs/performance.md): PodSandboxStatus (issue 6: DESIGN.md §2 S3/S4/S8, §3
+// C2/C7), pod starts and removals with CNI and CNI-less, the status query beyond the raw round
+// trip to its plugin, and restarts and status sweeps with many pods (issue 12).
 //
 // Every configuration has its own harness instance (integration/harness) with N running pods,
-// set up once; the daemon of a configuration runs only while it is measured, with the status
-// plugins (contrib/bench/statusplugin) it needs:
+// set up once; the daemon of a configuration runs only while it is measured, with the plugins it
+// needs. Every instance has the same generated configuration: a CNI network of bridge,
+// host-local, portmap and loopback, NRI enabled, a metrics endpoint.
 //
 //	a  upstream containerd built from the pristine module (`make upstream`)
-//	b  knext, NRI enabled, no status plugin
-//	c  knext + one status plugin answering from memory
+//	b  knext, NRI enabled, no NRI plugin
+//	c  knext + one status plugin (contrib/bench/statusplugin) answering from memory
 //	d  knext + three such plugins
 //	e  knext + one status plugin taking -slow-delay per answer
 //	f  (only with -configs ...,f) knext + three status plugins taking -slow-delay per answer
+//	g  knext CNI-less (disable_cni) with nri-bridge as the pod network
+//	h  knext CNI-less with one status plugin as the pod network: it answers an IP and wires
+//	   nothing, so what containerd itself spends on a CNI-less pod shows apart from nri-bridge's
 //
-// For each it measures PodSandboxStatus latency (p50, p99) and throughput over the CRI socket at
-// concurrency 1 and 16, verbose off and on, and the plugin calls per PodSandboxStatus; with status
-// plugins, the plugin calls caused by internal callers (CRI container events) and by bursts of
-// concurrent queries for one pod; for a and e, RunPodSandbox latency during a 16-way status
-// storm. Configurations alternate, in a rotating order, for -repeats rounds; the report gives the
-// min/median/max of the rounds and ratios to a from the same round, checks the targets of issue 6,
-// prints a table and writes a JSON report.
+// -benchmarks selects the parts:
+//
+//   - status (a-f): PodSandboxStatus latency (p50, p99) and throughput over the CRI socket at
+//     concurrency 1 and 16, verbose off and on, and the plugin calls per PodSandboxStatus; with
+//     status plugins, the plugin calls caused by internal callers (CRI container events) and by
+//     bursts of concurrent queries for one pod; for a and e, RunPodSandbox latency during a
+//     16-way status storm; for c, a no-op ttrpc round trip to its plugin process (package ping).
+//   - lifecycle (a, b, g, h): RunPodSandbox, then StopPodSandbox + RemovePodSandbox, of
+//     -lifecycle-pods new pods at concurrency 1 and 8, with where the time goes: NRI plugin
+//     latencies (containerd's metrics), nri-bridge's steps (its log), CNI plugin executions
+//     (a traced pass through contrib/bench/cnitrace).
+//   - scale (a, c, g, after the rounds, on instances of their own with -scale-pods pods):
+//     a status sweep of every pod, a daemon restart until every pod answers again, and the bytes
+//     persisted per pod.
+//
+// Configurations alternate, in a rotating order, for -repeats rounds; the report gives the
+// min/median/max of the rounds and ratios to a from the same round, checks the targets of issues
+// 6 and 12, prints a table and writes a JSON report.
 package main
 
 import (
@@ -54,9 +71,13 @@ type configuration struct {
 	Storm       bool           `json:"storm"`     // measures RunPodSandbox during a status storm
 	Lifecycle   bool           `json:"lifecycle"` // measures pod starts and removals (issue 12)
 	Ping        bool           `json:"ping"`      // measures the raw round trip to its status plugin
-	// CNILess runs with disable_cni, nri-bridge being the pod network; else the CNI network.
+	// CNILess runs with disable_cni: nri-bridge is the pod network, or, with Plugins, the status
+	// plugins are (they answer IPs and wire nothing); else the CNI network.
 	CNILess bool `json:"cniLess"`
 }
+
+// bridged tells whether nri-bridge is the configuration's pod network.
+func (c configuration) bridged() bool { return c.CNILess && len(c.Plugins) == 0 }
 
 func configurations(slowDelay time.Duration) []configuration {
 	fast := func(n int, primary bool) statusPlugin {
@@ -83,6 +104,10 @@ func configurations(slowDelay time.Duration) []configuration {
 		{Key: "f", Description: fmt.Sprintf("knext + 3 status plugins taking %s per answer", slowDelay),
 			Plugins: []statusPlugin{slow(1, true), slow(2, false), slow(3, false)}, Status: true},
 		{Key: "g", Description: "knext CNI-less (disable_cni) + nri-bridge", Lifecycle: true, CNILess: true},
+		// Not in the issue: (g) without nri-bridge's work. What containerd itself spends on a
+		// CNI-less pod (NRI hooks, the seed status query) shows apart from the plugin's.
+		{Key: "h", Description: "knext CNI-less + 1 status plugin as the pod network (answers an IP, wires nothing)",
+			Plugins: []statusPlugin{fast(1, true)}, Lifecycle: true, CNILess: true},
 	}
 }
 
@@ -151,7 +176,7 @@ func main() {
 	flag.IntVar(&s.StormPods, "storm-pods", 10, "pods created (one at a time) during each status storm")
 	flag.IntVar(&s.Bursts, "bursts", 20, "bursts of 16 concurrent queries for one pod")
 	flag.DurationVar(&s.SlowDelay, "slow-delay", 50*time.Millisecond, "answer time of the slow plugin of configuration e")
-	flag.StringVar(&s.Configs, "configs", "a,b,c,d,e,g", "configurations to run, comma-separated: a (the baseline of every ratio) to e, g, and the opt-in f")
+	flag.StringVar(&s.Configs, "configs", "a,b,c,d,e,g,h", "configurations to run, comma-separated: a (the baseline of every ratio) to e, g, h, and the opt-in f")
 	flag.StringVar(&s.Upstream, "upstream", binaryIn("KNEXT_UPSTREAM_BIN_DIR", "containerd"),
 		"upstream containerd binary (make upstream; default from $KNEXT_UPSTREAM_BIN_DIR); its shim must be next to it")
 	flag.StringVar(&s.Knext, "knext", binaryIn("KNEXT_BIN_DIR", "containerd"),
@@ -161,7 +186,7 @@ func main() {
 	flag.StringVar(&s.CNITrace, "cnitrace", "", "CNI plugin timing wrapper (contrib/bench/cnitrace); without it, no CNI breakdown")
 	flag.StringVar(&s.CNIBinDir, "cni-bin-dir", "/usr/lib/cni", "the real CNI plugins (bridge, host-local, loopback, portmap)")
 	flag.StringVar(&s.Benchmarks, "benchmarks", "status,lifecycle,scale", "parts to run, comma-separated: status, lifecycle, scale")
-	flag.IntVar(&s.LifecyclePods, "lifecycle-pods", 60, "pods started and removed per configuration, round and concurrency")
+	flag.IntVar(&s.LifecyclePods, "lifecycle-pods", 30, "pods started and removed per configuration, round and concurrency")
 	flag.IntVar(&s.CNITracePods, "cni-trace-pods", 10, "pods of the traced CNI pass per round of a and b (0: none)")
 	flag.IntVar(&s.ScalePods, "scale-pods", 200, "pods of each configuration in the scale measurements")
 	flag.IntVar(&s.ScaleRepeats, "scale-repeats", 3, "daemon restarts per configuration in the scale measurements")
@@ -272,7 +297,7 @@ func (s settings) check(configs []configuration) error {
 		if len(c.Plugins) > 0 && s.Plugin == "" {
 			errs = append(errs, fmt.Errorf("configuration %s needs -plugin (go build ./contrib/bench/statusplugin)", c.Key))
 		}
-		if c.CNILess && s.Bridge == "" {
+		if c.bridged() && s.Bridge == "" {
 			errs = append(errs, fmt.Errorf("configuration %s needs -nri-bridge (`make build` builds it)", c.Key))
 		}
 	}
@@ -311,7 +336,7 @@ func selectConfigurations(all []configuration, list string) ([]configuration, er
 		}
 	}
 	for key := range wanted {
-		return nil, fmt.Errorf("-configs: unknown configuration %q (known: a, b, c, d, e, f, g)", key)
+		return nil, fmt.Errorf("-configs: unknown configuration %q (known: a, b, c, d, e, f, g, h)", key)
 	}
 	if len(selected) == 0 || selected[0].Key != "a" {
 		return nil, errors.New("-configs must include a: every ratio is to upstream")

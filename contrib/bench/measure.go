@@ -108,15 +108,10 @@ func newInstance(ctx context.Context, s settings, c configuration, pods int) (*i
 		return in, fmt.Errorf("configuration %s: %w", c.Key, err)
 	}
 	start := time.Now()
-	var bridge *harness.Process
-	if c.CNILess {
-		bridge, err = in.startBridge(ctx)
-	}
-	if err == nil {
+	if c.CNILess { // the network plugin must be there to create pods
+		err = in.withNetworkPlugins(ctx, func([]*runningPlugin) error { return in.createPods(ctx, pods) })
+	} else {
 		err = in.createPods(ctx, pods)
-	}
-	if bridge != nil {
-		err = errors.Join(err, bridge.Stop())
 	}
 	if err != nil {
 		return in, fmt.Errorf("configuration %s: %w\n%s", c.Key, err, in.h.LogTail(20))
@@ -196,35 +191,35 @@ func (in *instance) run(ctx context.Context, round int) (_ *Run, err error) {
 		}
 		err = errors.Join(err, in.h.Stop())
 	}()
-	if in.c.CNILess {
-		bridge, err := in.startBridge(ctx)
-		if bridge != nil {
-			defer func() { err = errors.Join(err, bridge.Stop()) }()
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
 	if in.s.Selected.Status && in.c.Status {
 		if err := in.runStatus(ctx, round, run); err != nil {
 			return nil, err
 		}
 	}
 	if in.s.Selected.Lifecycle && in.c.Lifecycle {
-		for _, width := range lifecycleWidths {
-			sample, err := in.measureLifecycle(ctx, width, round)
-			if err != nil {
-				return nil, fmt.Errorf("lifecycle at concurrency %d: %w", width, err)
-			}
-			run.Lifecycle = append(run.Lifecycle, sample)
-		}
-		if in.cni != nil && in.s.CNITrace != "" && in.s.CNITracePods > 0 {
-			if run.CNI, err = in.measureCNITrace(ctx, round); err != nil {
-				return nil, fmt.Errorf("CNI trace: %w", err)
-			}
+		if err := in.withNetworkPlugins(ctx, func([]*runningPlugin) error { return in.runLifecycle(ctx, round, run) }); err != nil {
+			return nil, err
 		}
 	}
 	return run, nil
+}
+
+// runLifecycle measures pod starts and removals at every concurrency, and the CNI plugins'
+// share in a traced pass.
+func (in *instance) runLifecycle(ctx context.Context, round int, run *Run) (err error) {
+	for _, width := range lifecycleWidths {
+		sample, err := in.measureLifecycle(ctx, width, round)
+		if err != nil {
+			return fmt.Errorf("lifecycle at concurrency %d: %w", width, err)
+		}
+		run.Lifecycle = append(run.Lifecycle, sample)
+	}
+	if in.cni != nil && in.s.CNITrace != "" && in.s.CNITracePods > 0 {
+		if run.CNI, err = in.measureCNITrace(ctx, round); err != nil {
+			return fmt.Errorf("CNI trace: %w", err)
+		}
+	}
+	return nil
 }
 
 // runStatus measures PodSandboxStatus with the configuration's status plugins (issue 6), and

@@ -111,6 +111,12 @@ func (in *instance) withNetwork(ctx context.Context, fn func([]*runningPlugin) e
 		return err
 	}
 	defer func() { err = errors.Join(err, in.h.Stop()) }()
+	return in.withNetworkPlugins(ctx, fn)
+}
+
+// withNetworkPlugins starts what provides the pods' IPs besides CNI (nri-bridge, status plugins)
+// on the running daemon, runs fn, and stops them.
+func (in *instance) withNetworkPlugins(ctx context.Context, fn func([]*runningPlugin) error) (err error) {
 	stop, plugins, err := in.startNetwork(ctx)
 	defer func() { err = errors.Join(err, stop()) }()
 	if err != nil {
@@ -119,10 +125,10 @@ func (in *instance) withNetwork(ctx context.Context, fn func([]*runningPlugin) e
 	return fn(plugins)
 }
 
-// startNetwork starts nri-bridge (CNI-less) or the status plugins, and returns their stop
-// function (to be called also on error).
+// startNetwork starts nri-bridge or the status plugins, and returns their stop function (to be
+// called also on error). A CNI-less configuration's network is ready when they return.
 func (in *instance) startNetwork(ctx context.Context) (stop func() error, plugins []*runningPlugin, err error) {
-	if in.c.CNILess {
+	if in.c.bridged() {
 		bridge, err := in.startBridge(ctx)
 		return func() error {
 			if bridge == nil {
@@ -132,13 +138,17 @@ func (in *instance) startNetwork(ctx context.Context) (stop func() error, plugin
 		}, nil, err
 	}
 	plugins, err = in.startPlugins(ctx)
-	return func() error {
+	stop = func() error {
 		var errs []error
 		for _, p := range plugins {
 			errs = append(errs, p.proc.Stop())
 		}
 		return errors.Join(errs...)
-	}, plugins, err
+	}
+	if err == nil && in.c.CNILess {
+		err = in.waitNetworkReady(ctx)
+	}
+	return stop, plugins, err
 }
 
 // waitAnswered queries the pods, pending ones again and again, until each has answered READY with
@@ -248,7 +258,7 @@ func (in *instance) persistedBytes() PersistedBytes {
 		}
 		return nil
 	})
-	if err == nil && in.c.CNILess {
+	if err == nil && in.c.bridged() {
 		var bridge []float64
 		err = readBolt(filepath.Join(in.h.Root, "nri-bridge-state", "allocations.db"), func(tx *bolt.Tx) error {
 			for _, id := range in.pods {
