@@ -347,6 +347,9 @@ func selectConfigurations(all []configuration, list string) ([]configuration, er
 // rotate returns the order of round r: the instances rotated left by r, so that no configuration
 // always follows the same one.
 func rotate(instances []*instance, r int) []*instance {
+	if len(instances) == 0 {
+		return nil
+	}
 	k := r % len(instances)
 	return append(append([]*instance{}, instances[k:]...), instances[:k]...)
 }

@@ -327,6 +327,21 @@ type runningPlugin struct {
 // startPlugins starts the configuration's status plugins and waits until NRI has synchronized
 // each of them with every pod. It returns the plugins it started, also on error.
 func (in *instance) startPlugins(ctx context.Context) ([]*runningPlugin, error) {
+	plugins, err := in.launchPlugins()
+	if err != nil {
+		return plugins, err
+	}
+	for _, p := range plugins {
+		if err := in.waitSynchronized(ctx, p); err != nil {
+			return plugins, err
+		}
+	}
+	return plugins, nil
+}
+
+// launchPlugins starts the configuration's status plugins without waiting for them. It returns
+// the plugins it started, also on error.
+func (in *instance) launchPlugins() ([]*runningPlugin, error) {
 	var plugins []*runningPlugin
 	for _, spec := range in.c.Plugins {
 		name := spec.Index + "-" + spec.Name
@@ -345,11 +360,6 @@ func (in *instance) startPlugins(ctx context.Context) ([]*runningPlugin, error) 
 			return plugins, err
 		}
 		plugins = append(plugins, p)
-	}
-	for _, p := range plugins {
-		if err := in.waitSynchronized(ctx, p); err != nil {
-			return plugins, err
-		}
 	}
 	return plugins, nil
 }

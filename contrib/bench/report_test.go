@@ -170,4 +170,7 @@ func TestRotateStartsEachRoundElsewhere(t *testing.T) {
 	if keys(instances) != "abc" {
 		t.Error("rotate modified its argument")
 	}
+	if got := rotate(nil, 3); got != nil {
+		t.Errorf("rotate of no instances = %v", got)
+	}
 }

@@ -213,19 +213,26 @@ func (in *instance) measureScale(ctx context.Context, round int) (ScaleSample, e
 			return err
 		}
 		sample.ReadySeconds = time.Since(start).Seconds()
-		var restarted []*runningPlugin
-		if len(plugins) > 0 {
-			stop, p, err := in.startNetwork(ctx)
-			defer stop()
-			if err != nil {
-				return err
+		// The status plugin exited with its connection: it is started again, and the pods are
+		// queried at once, without waiting for it.
+		restarted, err := in.launchPlugins()
+		defer func() {
+			for _, p := range restarted {
+				p.proc.Stop()
 			}
-			restarted = p
+		}()
+		if err != nil {
+			return err
 		}
 		if err := in.waitAnswered(ctx, restarted, &sample.StatusCalls); err != nil {
 			return err
 		}
 		sample.AnsweredSeconds = time.Since(start).Seconds()
+		for _, p := range restarted { // before it is stopped, untimed
+			if err := in.waitSynchronized(ctx, p); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
 	log.Printf("bench:   sweep of %d pods %.1f ms (p50 %.3f ms, p99 %.3f ms); restart: CRI ready after %.2f s, every pod answered after %.2f s",
