@@ -405,7 +405,11 @@ const bridgeProcessName = "nri-bridge"
 // bridge, subnet and state directory, and waits until containerd reports the network ready. It
 // returns the process also on error, for the caller to stop.
 func (in *instance) startBridge(ctx context.Context) (*harness.Process, error) {
-	p, err := in.h.StartProcess(bridgeProcessName, in.s.Bridge, "-nri-socket", in.h.NRISocket, "-bridge", in.h.Bridge,
+	binary := in.s.Bridge
+	if in.c.BaselineBridge {
+		binary = in.s.BaseBridge
+	}
+	p, err := in.h.StartProcess(bridgeProcessName, binary, "-nri-socket", in.h.NRISocket, "-bridge", in.h.Bridge,
 		"-state-dir", filepath.Join(in.h.Root, "nri-bridge-state"), "-ipv4-subnet", in.h.Subnet.String())
 	if err != nil {
 		return nil, err

@@ -17,6 +17,7 @@
 //	g  knext CNI-less (disable_cni) with nri-bridge as the pod network
 //	h  knext CNI-less with one status plugin as the pod network: it answers an IP and wires
 //	   nothing, so what containerd itself spends on a CNI-less pod shows apart from nri-bridge's
+//	i  (only with -configs ...,i) g with the nri-bridge binary of -baseline-nri-bridge
 //
 // -benchmarks selects the parts:
 //
@@ -25,7 +26,7 @@
 //     status plugins, the plugin calls caused by internal callers (CRI container events) and by
 //     bursts of concurrent queries for one pod; for a and e, RunPodSandbox latency during a
 //     16-way status storm; for c, a no-op ttrpc round trip to its plugin process (package ping).
-//   - lifecycle (a, b, g, h): RunPodSandbox, then StopPodSandbox + RemovePodSandbox, of
+//   - lifecycle (a, b, g, h, i): RunPodSandbox, then StopPodSandbox + RemovePodSandbox, of
 //     -lifecycle-pods new pods at concurrency 1 and 8, with where the time goes: NRI plugin
 //     latencies (containerd's metrics), nri-bridge's steps (its log), CNI plugin executions
 //     (a traced pass through contrib/bench/cnitrace).
@@ -74,6 +75,8 @@ type configuration struct {
 	// CNILess runs with disable_cni: nri-bridge is the pod network, or, with Plugins, the status
 	// plugins are (they answer IPs and wire nothing); else the CNI network.
 	CNILess bool `json:"cniLess"`
+	// BaselineBridge runs the nri-bridge binary of -baseline-nri-bridge instead of -nri-bridge.
+	BaselineBridge bool `json:"baselineBridge,omitempty"`
 }
 
 // bridged tells whether nri-bridge is the configuration's pod network.
@@ -108,6 +111,9 @@ func configurations(slowDelay time.Duration) []configuration {
 		// CNI-less pod (NRI hooks, the seed status query) shows apart from the plugin's.
 		{Key: "h", Description: "knext CNI-less + 1 status plugin as the pod network (answers an IP, wires nothing)",
 			Plugins: []statusPlugin{fast(1, true)}, Lifecycle: true, CNILess: true},
+		// Opt-in: (g) with another build of nri-bridge, e.g. an older one, in the same rounds.
+		{Key: "i", Description: "knext CNI-less + the nri-bridge of -baseline-nri-bridge", Lifecycle: true, CNILess: true,
+			BaselineBridge: true},
 	}
 }
 
@@ -164,6 +170,7 @@ type settings struct {
 	ScalePods     int        `json:"scalePods"`
 	ScaleRepeats  int        `json:"scaleRepeats"`
 	Bridge        string     `json:"bridge"`   // nri-bridge binary
+	BaseBridge    string     `json:"baselineBridge,omitempty"`
 	CNITrace      string     `json:"cniTrace"` // cnitrace binary
 	CNIBinDir     string     `json:"cniBinDir"`
 }
@@ -176,13 +183,14 @@ func main() {
 	flag.IntVar(&s.StormPods, "storm-pods", 10, "pods created (one at a time) during each status storm")
 	flag.IntVar(&s.Bursts, "bursts", 20, "bursts of 16 concurrent queries for one pod")
 	flag.DurationVar(&s.SlowDelay, "slow-delay", 50*time.Millisecond, "answer time of the slow plugin of configuration e")
-	flag.StringVar(&s.Configs, "configs", "a,b,c,d,e,g,h", "configurations to run, comma-separated: a (the baseline of every ratio) to e, g, h, and the opt-in f")
+	flag.StringVar(&s.Configs, "configs", "a,b,c,d,e,g,h", "configurations to run, comma-separated: a (the baseline of every ratio) to e, g, h, and the opt-in f and i")
 	flag.StringVar(&s.Upstream, "upstream", binaryIn("KNEXT_UPSTREAM_BIN_DIR", "containerd"),
 		"upstream containerd binary (make upstream; default from $KNEXT_UPSTREAM_BIN_DIR); its shim must be next to it")
 	flag.StringVar(&s.Knext, "knext", binaryIn("KNEXT_BIN_DIR", "containerd"),
 		"knext containerd binary (make build; default from $KNEXT_BIN_DIR); its shim must be next to it")
 	flag.StringVar(&s.Plugin, "plugin", "", "status plugin binary (contrib/bench/statusplugin)")
 	flag.StringVar(&s.Bridge, "nri-bridge", binaryIn("KNEXT_BIN_DIR", "nri-bridge"), "nri-bridge binary (make build), the network of configuration g")
+	flag.StringVar(&s.BaseBridge, "baseline-nri-bridge", "", "another nri-bridge binary, for the opt-in configuration i")
 	flag.StringVar(&s.CNITrace, "cnitrace", "", "CNI plugin timing wrapper (contrib/bench/cnitrace); without it, no CNI breakdown")
 	flag.StringVar(&s.CNIBinDir, "cni-bin-dir", "/usr/lib/cni", "the real CNI plugins (bridge, host-local, loopback, portmap)")
 	flag.StringVar(&s.Benchmarks, "benchmarks", "status,lifecycle,scale", "parts to run, comma-separated: status, lifecycle, scale")
@@ -300,8 +308,11 @@ func (s settings) check(configs []configuration) error {
 		if c.bridged() && s.Bridge == "" {
 			errs = append(errs, fmt.Errorf("configuration %s needs -nri-bridge (`make build` builds it)", c.Key))
 		}
+		if c.BaselineBridge && s.BaseBridge == "" {
+			errs = append(errs, fmt.Errorf("configuration %s needs -baseline-nri-bridge", c.Key))
+		}
 	}
-	for _, path := range []string{s.Knext, s.Upstream, s.Plugin, s.Bridge, s.CNITrace} {
+	for _, path := range []string{s.Knext, s.Upstream, s.Plugin, s.Bridge, s.BaseBridge, s.CNITrace} {
 		if path == "" {
 			continue
 		}
@@ -336,7 +347,7 @@ func selectConfigurations(all []configuration, list string) ([]configuration, er
 		}
 	}
 	for key := range wanted {
-		return nil, fmt.Errorf("-configs: unknown configuration %q (known: a, b, c, d, e, f, g, h)", key)
+		return nil, fmt.Errorf("-configs: unknown configuration %q (known: a to i)", key)
 	}
 	if len(selected) == 0 || selected[0].Key != "a" {
 		return nil, errors.New("-configs must include a: every ratio is to upstream")
