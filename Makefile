@@ -96,14 +96,17 @@ test: build upstream images kubelet release
 	@contrib/ci/test.sh
 
 BENCH := $(BUILD)/bench
-# PodSandboxStatus cost against upstream containerd, in one run (docs/performance.md); not part of
-# `make test`. Tune it with BENCH_FLAGS, e.g. BENCH_FLAGS="-repeats 9 -duration 3s".
+# knext against upstream containerd, in one run (docs/performance.md): PodSandboxStatus cost, pod
+# lifecycle with CNI and CNI-less, scale. Not part of `make test`. Tune it with BENCH_FLAGS, e.g.
+# BENCH_FLAGS="-repeats 3 -benchmarks lifecycle".
 bench: build upstream images
 	@contrib/ci/check-deps.sh
 	go build -o $(BENCH)/knext-bench ./contrib/bench
 	go build -o $(BENCH)/statusplugin ./contrib/bench/statusplugin
+	go build -o $(BENCH)/cnitrace ./contrib/bench/cnitrace
 	$(BENCH)/knext-bench -knext $(BIN)/containerd -upstream $(UPSTREAM_BIN)/containerd \
-		-plugin $(BENCH)/statusplugin -out $(BENCH)/report.json $(BENCH_FLAGS)
+		-plugin $(BENCH)/statusplugin -nri-bridge $(BIN)/nri-bridge -cnitrace $(BENCH)/cnitrace \
+		-out $(BENCH)/report.json $(BENCH_FLAGS)
 
 # The CRI validation suite (critest) against upstream containerd with CNI, knext with CNI and knext
 # CNI-less with nri-bridge, in one run, compared (docs/conformance.md); not part of `make test`.

@@ -150,6 +150,7 @@ func TestHostPortsFirewallFailureLeaksNothing(t *testing.T) {
 	if err := p.StopPodSandbox(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
+	p.waitReleases()
 	if held, _ := a.store.hostPortsOf("a"); held != nil || podIPsOK(t, p, pod) != "" {
 		t.Error("the retried stop kept the pod's ports or addresses")
 	}

@@ -16,6 +16,9 @@ import (
 type bridgeNetwork struct {
 	settings *settings
 	bridgeMu sync.Mutex // pods started concurrently must not race creating the bridge
+	// bridge is the bridge as ensureBridge last left it (gateways set, up), nil until then and
+	// after a pod's wiring failed: the bridge is set up once, not for every pod.
+	bridge netlink.Link
 }
 
 // newHostNetwork refuses settings whose subnets the host already routes elsewhere.
@@ -80,10 +83,29 @@ func netlinkAddr(p netip.Prefix) *netlink.Addr {
 	return addr
 }
 
-// ensureBridge creates the bridge if missing, puts the gateway addresses on it and brings it up.
-func (n *bridgeNetwork) ensureBridge() (netlink.Link, error) {
+// ensuredBridge returns the bridge, ensuring it the first time and after forgetBridge.
+func (n *bridgeNetwork) ensuredBridge() (netlink.Link, error) {
 	n.bridgeMu.Lock()
 	defer n.bridgeMu.Unlock()
+	if n.bridge == nil {
+		link, err := n.ensureBridge()
+		if err != nil {
+			return nil, err
+		}
+		n.bridge = link
+	}
+	return n.bridge, nil
+}
+
+// forgetBridge makes the next ensuredBridge check and repair the bridge again.
+func (n *bridgeNetwork) forgetBridge() {
+	n.bridgeMu.Lock()
+	defer n.bridgeMu.Unlock()
+	n.bridge = nil
+}
+
+// ensureBridge creates the bridge if missing, puts the gateway addresses on it and brings it up.
+func (n *bridgeNetwork) ensureBridge() (netlink.Link, error) {
 	name := n.settings.bridge
 	link, err := netlink.LinkByName(name)
 	if errors.As(err, &netlink.LinkNotFoundError{}) {
@@ -112,13 +134,27 @@ func (n *bridgeNetwork) ensureBridge() (netlink.Link, error) {
 
 // setup gives the pod its network: lo up, the pod interface (the peer of alloc.HostVeth, attached
 // to the bridge) with the allocated addresses and, unless it is a secondary interface, default
-// routes through the gateways. Replaying it for a pod that is already set up changes nothing.
+// routes through the gateways. Replaying it for a pod that is already set up changes nothing. The
+// bridge is checked and repaired only when it was never ensured, or when wiring fails (it may have
+// been deleted or changed meanwhile): then once more after repairing it.
 func (n *bridgeNetwork) setup(alloc *allocation) error {
-	podIfName := n.settings.podInterface
-	bridge, err := n.ensureBridge()
+	bridge, err := n.ensuredBridge()
 	if err != nil {
 		return err
 	}
+	if err = n.wire(alloc, bridge); err == nil {
+		return nil
+	}
+	n.forgetBridge()
+	if bridge, ensureErr := n.ensuredBridge(); ensureErr == nil {
+		return n.wire(alloc, bridge)
+	}
+	return err
+}
+
+// wire connects the pod's netns to bridge.
+func (n *bridgeNetwork) wire(alloc *allocation, bridge netlink.Link) error {
+	podIfName := n.settings.podInterface
 	ns, err := netns.GetFromPath(alloc.NetNS)
 	if err != nil {
 		return fmt.Errorf("opening network namespace %s: %w", alloc.NetNS, err)
@@ -130,23 +166,13 @@ func (n *bridgeNetwork) setup(alloc *allocation) error {
 	}
 	defer podNL.Close()
 
-	lo, err := podNL.LinkByName("lo")
-	if err == nil {
-		err = podNL.LinkSetUp(lo)
-	}
-	if err != nil {
+	// Every network namespace's lo has the ifindex LOOPBACK_IFINDEX: no lookup needed.
+	if err := podNL.LinkSetUp(&netlink.Device{LinkAttrs: netlink.LinkAttrs{Name: "lo", Index: loopbackIfIndex}}); err != nil {
 		return fmt.Errorf("bringing up lo in %s: %w", alloc.NetNS, err)
 	}
-
-	hostVeth, podVeth, err := n.ensureVeth(podNL, ns, bridge, alloc)
+	podVeth, err := n.ensureVeth(podNL, ns, bridge, alloc)
 	if err != nil {
 		return err
-	}
-	if err := netlink.LinkSetMaster(hostVeth, bridge); err != nil {
-		return fmt.Errorf("attaching %s to bridge %s: %w", alloc.HostVeth, bridge.Attrs().Name, err)
-	}
-	if err := netlink.LinkSetUp(hostVeth); err != nil {
-		return fmt.Errorf("setting %s up: %w", alloc.HostVeth, err)
 	}
 	for _, addr := range alloc.Addrs {
 		if err := podNL.AddrReplace(podVeth, netlinkAddr(addr)); err != nil {
@@ -175,6 +201,9 @@ func (n *bridgeNetwork) setup(alloc *allocation) error {
 	return nil
 }
 
+// loopbackIfIndex is the kernel's LOOPBACK_IFINDEX, lo's ifindex in every network namespace.
+const loopbackIfIndex = 1
+
 func hasAddrIn(addrs []netip.Prefix, subnet netip.Prefix) bool {
 	for _, a := range addrs {
 		if subnet.Contains(a.Addr()) {
@@ -184,67 +213,105 @@ func hasAddrIn(addrs []netip.Prefix, subnet netip.Prefix) bool {
 	return false
 }
 
-// ensureVeth returns the pod's veth pair, creating it (the pod interface directly inside the pod
-// netns) when the pod has no such interface yet.
-func (n *bridgeNetwork) ensureVeth(podNL *netlink.Handle, ns netns.NsHandle, bridge netlink.Link,
-	alloc *allocation) (host, pod netlink.Link, err error) {
+// ensureVeth returns the pod end of the pod's veth pair, whose host end is up and attached to
+// bridge, creating the pair (the pod interface directly inside the pod netns) when the pod has no
+// such interface yet.
+func (n *bridgeNetwork) ensureVeth(podNL *netlink.Handle, ns netns.NsHandle, bridge netlink.Link, alloc *allocation) (netlink.Link, error) {
 	podIfName := n.settings.podInterface
-	pod, err = podNL.LinkByName(podIfName)
-	if err == nil {
-		host, err = netlink.LinkByName(alloc.HostVeth)
+	pod, err := podNL.LinkByName(podIfName)
+	if err == nil { // a replay: check the pair, attach and bring up its host end again
+		host, err := netlink.LinkByName(alloc.HostVeth)
 		if err != nil || host.Attrs().Index != pod.Attrs().ParentIndex {
-			return nil, nil, fmt.Errorf("network namespace %s already has an %s that is not the peer of %s",
+			return nil, fmt.Errorf("network namespace %s already has an %s that is not the peer of %s",
 				alloc.NetNS, podIfName, alloc.HostVeth)
 		}
-		return host, pod, nil
+		if err := netlink.LinkSetMaster(host, bridge); err != nil {
+			return nil, fmt.Errorf("attaching %s to bridge %s: %w", alloc.HostVeth, bridge.Attrs().Name, err)
+		}
+		if err := netlink.LinkSetUp(host); err != nil {
+			return nil, fmt.Errorf("setting %s up: %w", alloc.HostVeth, err)
+		}
+		return pod, nil
 	}
 	if !errors.As(err, &netlink.LinkNotFoundError{}) {
-		return nil, nil, fmt.Errorf("looking up %s in %s: %w", podIfName, alloc.NetNS, err)
+		return nil, fmt.Errorf("looking up %s in %s: %w", podIfName, alloc.NetNS, err)
 	}
-	// A host end without its peer is left over from an interrupted setup: replace it.
-	if err := n.deleteHostVeth(alloc.HostVeth); err != nil {
-		return nil, nil, err
+	// The host end is created up and attached to the bridge by LinkAdd itself.
+	veth := func() *netlink.Veth {
+		return &netlink.Veth{
+			LinkAttrs: netlink.LinkAttrs{
+				Name:        alloc.HostVeth,
+				MTU:         n.settings.mtu,
+				MasterIndex: bridge.Attrs().Index,
+				Flags:       net.FlagUp,
+			},
+			PeerName:      podIfName,
+			PeerNamespace: netlink.NsFd(ns),
+		}
 	}
-	veth := &netlink.Veth{
-		LinkAttrs: netlink.LinkAttrs{
-			Name:        alloc.HostVeth,
-			MTU:         n.settings.mtu,
-			MasterIndex: bridge.Attrs().Index,
-		},
-		PeerName:      podIfName,
-		PeerNamespace: netlink.NsFd(ns),
+	err = netlink.LinkAdd(veth())
+	if errors.Is(err, unix.EEXIST) {
+		// A host end without its peer is left over from an interrupted setup: replace it.
+		if err = n.deleteHostVeth(alloc.HostVeth); err == nil {
+			err = netlink.LinkAdd(veth())
+		}
 	}
-	if err := netlink.LinkAdd(veth); err != nil {
-		return nil, nil, fmt.Errorf("creating veth %s with peer %s in %s: %w", alloc.HostVeth, podIfName, alloc.NetNS, err)
-	}
-	if host, err = netlink.LinkByName(alloc.HostVeth); err != nil {
-		return nil, nil, fmt.Errorf("veth %s: %w", alloc.HostVeth, err)
+	if err != nil {
+		return nil, fmt.Errorf("creating veth %s with peer %s in %s: %w", alloc.HostVeth, podIfName, alloc.NetNS, err)
 	}
 	if pod, err = podNL.LinkByName(podIfName); err != nil {
-		return nil, nil, fmt.Errorf("%s in %s: %w", podIfName, alloc.NetNS, err)
+		return nil, fmt.Errorf("%s in %s: %w", podIfName, alloc.NetNS, err)
 	}
-	return host, pod, nil
+	return pod, nil
+}
+
+// detach takes the pod's host veth off the bridge: one request, unlike its deletion. Nothing to
+// do when the veth is already gone, e.g. because the pod's netns was destroyed.
+func (n *bridgeNetwork) detach(alloc *allocation) error {
+	link, err := hostVeth(alloc.HostVeth, "detach")
+	if link == nil || err != nil {
+		return err
+	}
+	if err := netlink.LinkSetNoMaster(link); err != nil && !gone(err) {
+		return fmt.Errorf("detaching %s from bridge %s: %w", alloc.HostVeth, n.settings.bridge, err)
+	}
+	return nil
 }
 
 // teardown removes the pod's veth pair (deleting the host end deletes the pod interface too).
-// Nothing to do when the pair is already gone, e.g. because the pod's netns was destroyed.
+// Nothing to do when the pair is already gone.
 func (n *bridgeNetwork) teardown(alloc *allocation) error {
 	return n.deleteHostVeth(alloc.HostVeth)
 }
 
 func (n *bridgeNetwork) deleteHostVeth(name string) error {
-	link, err := netlink.LinkByName(name)
-	if errors.As(err, &netlink.LinkNotFoundError{}) {
-		return nil
+	link, err := hostVeth(name, "delete")
+	if link == nil || err != nil {
+		return err
 	}
-	if err != nil {
-		return fmt.Errorf("looking up %s: %w", name, err)
-	}
-	if link.Type() != "veth" {
-		return fmt.Errorf("refusing to delete %s: it is a %s, not a veth", name, link.Type())
-	}
-	if err := netlink.LinkDel(link); err != nil && !errors.As(err, &netlink.LinkNotFoundError{}) && !errors.Is(err, unix.ENODEV) {
+	if err := netlink.LinkDel(link); err != nil && !gone(err) {
 		return fmt.Errorf("deleting %s: %w", name, err)
 	}
 	return nil
+}
+
+// hostVeth looks up the host end of a pod's veth, nil if there is none, and refuses to act
+// (what) on an interface of that name that is not a veth.
+func hostVeth(name, what string) (netlink.Link, error) {
+	link, err := netlink.LinkByName(name)
+	if errors.As(err, &netlink.LinkNotFoundError{}) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("looking up %s: %w", name, err)
+	}
+	if link.Type() != "veth" {
+		return nil, fmt.Errorf("refusing to %s %s: it is a %s, not a veth", what, name, link.Type())
+	}
+	return link, nil
+}
+
+// gone tells whether a netlink error says that the interface no longer exists.
+func gone(err error) bool {
+	return errors.As(err, &netlink.LinkNotFoundError{}) || errors.Is(err, unix.ENODEV)
 }

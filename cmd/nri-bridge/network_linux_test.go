@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/vishvananda/netlink"
@@ -22,14 +23,14 @@ import (
 // These tests change the host: they create network namespaces, a bridge with a random name
 // and random subnets, and remove them again.
 
-func requireRoot(t *testing.T) {
+func requireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (creates network namespaces and a bridge)")
 	}
 }
 
-func randomHex(t *testing.T, n int) string {
+func randomHex(t testing.TB, n int) string {
 	t.Helper()
 	b := make([]byte, (n+1)/2)
 	if _, err := rand.Read(b); err != nil {
@@ -40,7 +41,7 @@ func randomHex(t *testing.T, n int) string {
 
 // freeNetworkDoc returns a configuration with a fresh bridge name and random subnets that
 // overlap nothing on the host (the plugin's own host check decides), and its settings.
-func freeNetworkDoc(t *testing.T) (string, *settings) {
+func freeNetworkDoc(t testing.TB) (string, *settings) {
 	t.Helper()
 	bridge := "nbt" + randomHex(t, 8)
 	t.Cleanup(func() {
@@ -75,14 +76,14 @@ func freeNetworkDoc(t *testing.T) (string, *settings) {
 }
 
 // newNetnsPlugin configures a real plugin on a fresh bridge.
-func newNetnsPlugin(t *testing.T) (*plugin, *settings) {
+func newNetnsPlugin(t testing.TB) (*plugin, *settings) {
 	t.Helper()
 	doc, s := freeNetworkDoc(t)
 	return configuredNetnsPlugin(t, doc), s
 }
 
 // configuredNetnsPlugin configures a real plugin with doc.
-func configuredNetnsPlugin(t *testing.T, doc string) *plugin {
+func configuredNetnsPlugin(t testing.TB, doc string) *plugin {
 	t.Helper()
 	p := &plugin{flags: &configFlags{}, newNetwork: newHostNetwork, newFirewall: newNFTFirewall}
 	if err := p.configure([]byte(doc)); err != nil {
@@ -93,17 +94,62 @@ func configuredNetnsPlugin(t *testing.T, doc string) *plugin {
 }
 
 // newNetns creates a named network namespace and returns a pod that lives in it.
-func newNetns(t *testing.T, id string) (*api.PodSandbox, string) {
+func newNetns(t testing.TB, id string) (*api.PodSandbox, string) {
+	t.Helper()
+	pod, name := addNetns(t, id)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	return pod, name
+}
+
+// addNetns creates a named network namespace, for the caller to delete, and returns a pod that
+// lives in it.
+func addNetns(t testing.TB, id string) (*api.PodSandbox, string) {
 	t.Helper()
 	name := "nbt-" + randomHex(t, 10)
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add: %v: %s", err, out)
 	}
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
 	// Random sandbox IDs keep host veth names apart from concurrent test runs.
 	pod := testPod(id + "-" + randomHex(t, 12))
 	pod.Linux.Namespaces[1].Path = "/run/netns/" + name
 	return pod, name
+}
+
+// BenchmarkNetnsPodLifecycle measures nri-bridge's own hooks for a pod in a fresh netns:
+// RunPodSandbox (store the allocation, wire the pod), then StopPodSandbox + RemovePodSandbox
+// (detach the pod), as the runtime calls them. The netns is created and deleted, and the
+// background release awaited, outside the timing. As root:
+// go test -run '^$' -bench NetnsPodLifecycle -benchtime 100x ./cmd/nri-bridge
+func BenchmarkNetnsPodLifecycle(b *testing.B) {
+	requireRoot(b)
+	p, _ := newNetnsPlugin(b)
+	var run, remove time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		pod, name := addNetns(b, fmt.Sprintf("bench%d", i))
+		b.StartTimer()
+		start := time.Now()
+		if err := p.RunPodSandbox(ctx, pod); err != nil {
+			b.Fatal(err)
+		}
+		wired := time.Now()
+		if err := p.StopPodSandbox(ctx, pod); err != nil {
+			b.Fatal(err)
+		}
+		if err := p.RemovePodSandbox(ctx, pod); err != nil {
+			b.Fatal(err)
+		}
+		run, remove = run+wired.Sub(start), remove+time.Since(wired)
+		b.StopTimer()
+		p.waitReleases()
+		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
+			b.Fatalf("ip netns del: %v: %s", err, out)
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(run.Microseconds())/float64(b.N)/1000, "run-ms/op")
+	b.ReportMetric(float64(remove.Microseconds())/float64(b.N)/1000, "stop+remove-ms/op")
 }
 
 // podNetlink opens a netlink handle inside the pod's netns.
@@ -258,15 +304,24 @@ func TestNetnsRunAndStop(t *testing.T) {
 		t.Errorf("pod a after replay:\n got %s\nwant %s", got, want)
 	}
 
-	// Stop removes both veth ends and releases; stop and remove again are no-ops.
-	for range 2 {
-		if err := p.StopPodSandbox(ctx, podA); err != nil {
-			t.Fatal(err)
-		}
+	// Stop takes the pod off the bridge at once, then removes both veth ends and releases in
+	// the background; stop and remove again are no-ops.
+	gate := make(chan struct{})
+	p.active.Load().net = &gatedTeardown{podNetwork: p.active.Load().net, gate: gate}
+	if err := p.StopPodSandbox(ctx, podA); err != nil {
+		t.Fatal(err)
+	}
+	if hostVeth, err := netlink.LinkByName(hostVethName(podA.Id)); err != nil || hostVeth.Attrs().MasterIndex != 0 {
+		t.Errorf("host veth right after stop: %v (err %v), want it detached from the bridge", hostVeth, err)
+	}
+	close(gate)
+	if err := p.StopPodSandbox(ctx, podA); err != nil {
+		t.Fatal(err)
 	}
 	if err := p.RemovePodSandbox(ctx, podA); err != nil {
 		t.Fatal(err)
 	}
+	p.waitReleases()
 	if _, err := netlink.LinkByName(hostVethName(podA.Id)); !errors.As(err, &netlink.LinkNotFoundError{}) {
 		t.Errorf("host veth after stop: %v", err)
 	}
@@ -284,12 +339,40 @@ func TestNetnsRunAndStop(t *testing.T) {
 	if err := p.StopPodSandbox(ctx, podB); err != nil {
 		t.Fatalf("stop after netns deletion: %v", err)
 	}
+	p.waitReleases()
 	if podIPsOK(t, p, podB) != "" {
 		t.Error("pod b still reported after stop")
 	}
 	if _, err := netlink.LinkByName(hostVethName(podB.Id)); !errors.As(err, &netlink.LinkNotFoundError{}) {
 		t.Errorf("host veth of pod b after stop: %v", err)
 	}
+}
+
+// eventually polls get for up to 5 s until it returns want.
+func eventually(t *testing.T, want string, get func() string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := get()
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 5 s: %s, want %s", got, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// gatedTeardown holds every teardown until gate is closed.
+type gatedTeardown struct {
+	podNetwork
+	gate chan struct{}
+}
+
+func (g *gatedTeardown) teardown(a *allocation) error {
+	<-g.gate
+	return g.podNetwork.teardown(a)
 }
 
 func TestNetnsSetupFailureLeaksNothing(t *testing.T) {
@@ -395,10 +478,12 @@ func TestNetnsPreinstalledPlugin(t *testing.T) {
 		t.Errorf("eth0 was recreated by the replay: %v", err)
 	}
 	rt.do(t, "stop "+pod.Id+" "+netnsPath)
-	if got := podState(t, pod); got != "lo up=true; no eth0" {
-		t.Errorf("after stop: %s", got)
-	}
-	rt.ask(t, "status "+pod.Id, "ip= additional=[] owners=[] noanswer=0")
+	// The veth is deleted and the address released in the background, right after the stop.
+	eventually(t, "lo up=true; no eth0", func() string { return podState(t, pod) })
+	eventually(t, "ip= additional=[] owners=[] noanswer=0", func() string {
+		fmt.Fprintln(rt.stdin, "status "+pod.Id)
+		return rt.reply(t)
+	})
 	rt.stop()
 
 	// An invalid configuration fails the plugin's start. (The stub closes the connection before
@@ -518,6 +603,7 @@ func TestNetnsSecondaryInterface(t *testing.T) {
 	if err := p.StopPodSandbox(ctx, podA); err != nil {
 		t.Fatal(err)
 	}
+	p.waitReleases()
 	if _, err := h.LinkByName("net1"); !errors.As(err, &netlink.LinkNotFoundError{}) {
 		t.Errorf("net1 of pod a after stop: %v", err)
 	}

@@ -178,6 +178,14 @@ func startFakeRuntime(t *testing.T, socket, pluginDir string, pods ...string) *f
 // expect waits for the runtime's next output line.
 func (rt *fakeRuntime) expect(t *testing.T, want string) {
 	t.Helper()
+	if line := rt.reply(t); line != want {
+		t.Fatalf("fake runtime said %q, want %q", line, want)
+	}
+}
+
+// reply returns the fake runtime's next line.
+func (rt *fakeRuntime) reply(t *testing.T) string {
+	t.Helper()
 	got := make(chan string, 1)
 	go func() {
 		rt.stdout.Scan()
@@ -185,11 +193,10 @@ func (rt *fakeRuntime) expect(t *testing.T, want string) {
 	}()
 	select {
 	case line := <-got:
-		if line != want {
-			t.Fatalf("fake runtime said %q, want %q", line, want)
-		}
+		return line
 	case <-time.After(10 * time.Second):
-		t.Fatalf("fake runtime did not say %q within 10s", want)
+		t.Fatal("fake runtime said nothing within 10s")
+		return ""
 	}
 }
 
@@ -242,6 +249,7 @@ func TestStandaloneReconnectsAndReconciles(t *testing.T) {
 		t.Error("pod gone during the restart was not released")
 	}
 	rt.do(t, "stop keep")
+	p.waitReleases()
 	if podIPsOK(t, p, testPod("keep")) != "" || fake.isWired("keep") {
 		t.Error("stopped pod not released")
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 )
@@ -17,8 +18,12 @@ import (
 type fakeNetwork struct {
 	mu          sync.Mutex
 	wired       map[string]*allocation // host veth -> allocation
+	detached    map[string]bool        // host veth -> off the bridge
 	setupErr    error
+	detachErr   error
 	teardownErr error
+	// teardownGate, when set, holds every teardown until it is closed.
+	teardownGate chan struct{}
 }
 
 func (f *fakeNetwork) setup(a *allocation) error {
@@ -31,14 +36,39 @@ func (f *fakeNetwork) setup(a *allocation) error {
 	return nil
 }
 
+func (f *fakeNetwork) detach(a *allocation) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.detachErr != nil {
+		return f.detachErr
+	}
+	if f.wired[a.HostVeth] != nil {
+		f.detached[a.HostVeth] = true
+	}
+	return nil
+}
+
 func (f *fakeNetwork) teardown(a *allocation) error {
+	f.mu.Lock()
+	gate := f.teardownGate
+	f.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.teardownErr != nil {
 		return f.teardownErr
 	}
 	delete(f.wired, a.HostVeth)
+	delete(f.detached, a.HostVeth)
 	return nil
+}
+
+func (f *fakeNetwork) isDetached(podID string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.detached[hostVethName(podID)]
 }
 
 func (f *fakeNetwork) isWired(podID string) bool {
@@ -49,7 +79,7 @@ func (f *fakeNetwork) isWired(podID string) bool {
 
 func newTestPlugin(t *testing.T, doc string) (*plugin, *fakeNetwork) {
 	t.Helper()
-	fake := &fakeNetwork{wired: map[string]*allocation{}}
+	fake := &fakeNetwork{wired: map[string]*allocation{}, detached: map[string]bool{}}
 	p := &plugin{
 		flags:       &configFlags{},
 		startupYAML: []byte(doc),
@@ -177,11 +207,22 @@ func TestStopAndRemoveReleaseIdempotently(t *testing.T) {
 	if err := p.RunPodSandbox(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	fake.teardownErr = errors.New("device busy")
+	fake.detachErr = errors.New("device busy")
 	err := p.StopPodSandbox(ctx, pod)
 	if err == nil || err.Error() != "nri-bridge: pod ns/name-a (sandbox a): device busy" {
-		t.Fatalf("stop with failing teardown: got %v", err)
+		t.Fatalf("stop with failing detach: got %v", err)
 	}
+	fake.detachErr = nil
+
+	// The veth is deleted in the background; when that fails, the allocation stays.
+	fake.teardownErr = errors.New("device busy")
+	if err := p.StopPodSandbox(ctx, pod); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if !fake.isDetached("a") {
+		t.Error("stop returned before the pod was off the bridge")
+	}
+	p.waitReleases()
 	if podIPsOK(t, p, pod) != "10.5.0.2" {
 		t.Fatal("allocation dropped although its veth could not be removed")
 	}
@@ -191,6 +232,7 @@ func TestStopAndRemoveReleaseIdempotently(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	p.waitReleases()
 	if fake.isWired("a") || podIPsOK(t, p, pod) != "" {
 		t.Error("pod still wired or reported after stop")
 	}
@@ -201,8 +243,46 @@ func TestStopAndRemoveReleaseIdempotently(t *testing.T) {
 	if err := p.RemovePodSandbox(ctx, hostNetworkPod("b")); err != nil {
 		t.Fatal(err)
 	}
+	p.waitReleases()
 	if fake.isWired("b") || podIPsOK(t, p, testPod("b")) != "" {
 		t.Error("pod still wired or reported after remove")
+	}
+}
+
+func TestReleaseInFlightKeepsTheAddressUntilDone(t *testing.T) {
+	// A /30 holds one pod address.
+	p, fake := newTestPlugin(t, testPodDoc(t, `ipv4: {subnet: 10.5.0.0/30}`))
+	if err := p.RunPodSandbox(ctx, testPod("a")); err != nil {
+		t.Fatal(err)
+	}
+	gate := make(chan struct{})
+	fake.mu.Lock()
+	fake.teardownGate = gate
+	fake.mu.Unlock()
+	if err := p.StopPodSandbox(ctx, testPod("a")); err != nil {
+		t.Fatal(err)
+	}
+	// Stop and remove do not wait for the veth's deletion, and the address is still a's.
+	if err := p.RemovePodSandbox(ctx, testPod("a")); err != nil {
+		t.Fatal(err)
+	}
+	if got := podIPsOK(t, p, testPod("a")); got != "10.5.0.2" || !fake.isDetached("a") {
+		t.Fatalf("during the release: a has %q, detached %v; want 10.5.0.2, detached", got, fake.isDetached("a"))
+	}
+	// A pod that finds the pool exhausted waits for the release, then gets the address.
+	started := make(chan error, 1)
+	go func() { started <- p.RunPodSandbox(ctx, testPod("b")) }()
+	select {
+	case err := <-started:
+		t.Fatalf("pod b started (%v) while the only address was still a's", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(gate)
+	if err := <-started; err != nil {
+		t.Fatalf("pod b after the release: %v", err)
+	}
+	if got := podIPsOK(t, p, testPod("b")); got != "10.5.0.2" || fake.isWired("a") {
+		t.Errorf("b has %q, a wired %v; want b on the released address", got, fake.isWired("a"))
 	}
 }
 

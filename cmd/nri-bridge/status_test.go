@@ -60,5 +60,6 @@ func TestPodSandboxStatusThroughNRI(t *testing.T) {
 	rt.ask(t, "status a", "ip=10.5.0.2 additional=[fd00:5::2] owners=[10.5.0.2@10-bridge fd00:5::2@10-bridge] noanswer=0")
 	rt.ask(t, "status unknown", "ip= additional=[] owners=[] noanswer=0")
 	rt.do(t, "stop a")
+	p.waitReleases()
 	rt.ask(t, "status a", "ip= additional=[] owners=[] noanswer=0")
 }

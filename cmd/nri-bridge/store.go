@@ -127,9 +127,16 @@ func nextFree(addrs, cursors *bolt.Bucket, p pool) (netip.Addr, error) {
 			return addr, nil
 		}
 		if addr == start {
-			return netip.Addr{}, fmt.Errorf("no free %s address in %s", p.family, p.subnet)
+			return netip.Addr{}, &poolExhaustedError{p}
 		}
 	}
+}
+
+// poolExhaustedError says that a pool has no free address.
+type poolExhaustedError struct{ pool pool }
+
+func (e *poolExhaustedError) Error() string {
+	return fmt.Sprintf("no free %s address in %s", e.pool.family, e.pool.subnet)
 }
 
 // advance returns the address after addr in subnet, wrapping around at the end.

@@ -1,24 +1,42 @@
-// Command bench measures what knext's NRI PodSandboxStatus path costs, against upstream containerd,
-// in one run on one machine (`make bench`; DESIGN.md §2 S3/S4/S8, §3 C2/C7; issue 6).
+// Command bench measures what knext costs against upstream containerd, in one run on one machine
+// (`make bench`; docs/performance.md): PodSandboxStatus (issue 6: DESIGN.md §2 S3/S4/S8, §3
+// C2/C7), pod starts and removals with CNI and CNI-less, the status query beyond the raw round
+// trip to its plugin, and restarts and status sweeps with many pods (issue 12).
 //
 // Every configuration has its own harness instance (integration/harness) with N running pods,
-// set up once; the daemon of a configuration runs only while it is measured, with the status
-// plugins (contrib/bench/statusplugin) it needs:
+// set up once; the daemon of a configuration runs only while it is measured, with the plugins it
+// needs. Every instance has the same generated configuration: a CNI network of bridge,
+// host-local, portmap and loopback, NRI enabled, a metrics endpoint.
 //
 //	a  upstream containerd built from the pristine module (`make upstream`)
-//	b  knext, NRI enabled, no status plugin
-//	c  knext + one status plugin answering from memory
+//	b  knext, NRI enabled, no NRI plugin
+//	c  knext + one status plugin (contrib/bench/statusplugin) answering from memory
 //	d  knext + three such plugins
 //	e  knext + one status plugin taking -slow-delay per answer
 //	f  (only with -configs ...,f) knext + three status plugins taking -slow-delay per answer
+//	g  knext CNI-less (disable_cni) with nri-bridge as the pod network
+//	h  knext CNI-less with one status plugin as the pod network: it answers an IP and wires
+//	   nothing, so what containerd itself spends on a CNI-less pod shows apart from nri-bridge's
+//	i  (only with -configs ...,i) g with the nri-bridge binary of -baseline-nri-bridge
 //
-// For each it measures PodSandboxStatus latency (p50, p99) and throughput over the CRI socket at
-// concurrency 1 and 16, verbose off and on, and the plugin calls per PodSandboxStatus; with status
-// plugins, the plugin calls caused by internal callers (CRI container events) and by bursts of
-// concurrent queries for one pod; for a and e, RunPodSandbox latency during a 16-way status
-// storm. Configurations alternate, in a rotating order, for -repeats rounds; the report gives the
-// min/median/max of the rounds and ratios to a from the same round, checks the targets of issue 6,
-// prints a table and writes a JSON report.
+// -benchmarks selects the parts:
+//
+//   - status (a-f): PodSandboxStatus latency (p50, p99) and throughput over the CRI socket at
+//     concurrency 1 and 16, verbose off and on, and the plugin calls per PodSandboxStatus; with
+//     status plugins, the plugin calls caused by internal callers (CRI container events) and by
+//     bursts of concurrent queries for one pod; for a and e, RunPodSandbox latency during a
+//     16-way status storm; for c, a no-op ttrpc round trip to its plugin process (package ping).
+//   - lifecycle (a, b, g, h, i): RunPodSandbox, then StopPodSandbox + RemovePodSandbox, of
+//     -lifecycle-pods new pods at concurrency 1 and 8, with where the time goes: NRI plugin
+//     latencies (containerd's metrics), nri-bridge's steps (its log), CNI plugin executions
+//     (a traced pass through contrib/bench/cnitrace).
+//   - scale (a, c, g, after the rounds, on instances of their own with -scale-pods pods):
+//     a status sweep of every pod, a daemon restart until every pod answers again, and the bytes
+//     persisted per pod.
+//
+// Configurations alternate, in a rotating order, for -repeats rounds; the report gives the
+// min/median/max of the rounds and ratios to a from the same round, checks the targets of issues
+// 6 and 12, prints a table and writes a JSON report.
 package main
 
 import (
@@ -50,8 +68,19 @@ type configuration struct {
 	Description string         `json:"description"`
 	Upstream    bool           `json:"upstream"` // runs the pristine upstream build
 	Plugins     []statusPlugin `json:"plugins"`
-	Storm       bool           `json:"storm"` // measures RunPodSandbox during a status storm
+	Status      bool           `json:"status"`    // measures PodSandboxStatus (issue 6)
+	Storm       bool           `json:"storm"`     // measures RunPodSandbox during a status storm
+	Lifecycle   bool           `json:"lifecycle"` // measures pod starts and removals (issue 12)
+	Ping        bool           `json:"ping"`      // measures the raw round trip to its status plugin
+	// CNILess runs with disable_cni: nri-bridge is the pod network, or, with Plugins, the status
+	// plugins are (they answer IPs and wire nothing); else the CNI network.
+	CNILess bool `json:"cniLess"`
+	// BaselineBridge runs the nri-bridge binary of -baseline-nri-bridge instead of -nri-bridge.
+	BaselineBridge bool `json:"baselineBridge,omitempty"`
 }
+
+// bridged tells whether nri-bridge is the configuration's pod network.
+func (c configuration) bridged() bool { return c.CNILess && len(c.Plugins) == 0 }
 
 func configurations(slowDelay time.Duration) []configuration {
 	fast := func(n int, primary bool) statusPlugin {
@@ -64,18 +93,57 @@ func configurations(slowDelay time.Duration) []configuration {
 		return p
 	}
 	return []configuration{
-		{Key: "a", Description: "upstream containerd (pristine module), NRI enabled", Upstream: true, Storm: true},
-		{Key: "b", Description: "knext, NRI enabled, no status plugin"},
-		{Key: "c", Description: "knext + 1 status plugin answering from memory", Plugins: []statusPlugin{fast(1, true)}},
+		{Key: "a", Description: "upstream containerd (pristine module), NRI enabled, CNI", Upstream: true,
+			Status: true, Storm: true, Lifecycle: true},
+		{Key: "b", Description: "knext, NRI enabled, no NRI plugin, CNI", Status: true, Lifecycle: true},
+		{Key: "c", Description: "knext + 1 status plugin answering from memory", Plugins: []statusPlugin{fast(1, true)},
+			Status: true, Ping: true},
 		{Key: "d", Description: "knext + 3 status plugins answering from memory",
-			Plugins: []statusPlugin{fast(1, true), fast(2, false), fast(3, false)}},
+			Plugins: []statusPlugin{fast(1, true), fast(2, false), fast(3, false)}, Status: true},
 		{Key: "e", Description: fmt.Sprintf("knext + 1 status plugin taking %s per answer", slowDelay),
-			Plugins: []statusPlugin{slow(1, true)}, Storm: true},
+			Plugins: []statusPlugin{slow(1, true)}, Status: true, Storm: true},
 		// Not in the issue, opt-in: shows whether plugins are asked concurrently (S3) without the
 		// CPU contention that three fast plugins cause on a small machine.
 		{Key: "f", Description: fmt.Sprintf("knext + 3 status plugins taking %s per answer", slowDelay),
-			Plugins: []statusPlugin{slow(1, true), slow(2, false), slow(3, false)}},
+			Plugins: []statusPlugin{slow(1, true), slow(2, false), slow(3, false)}, Status: true},
+		{Key: "g", Description: "knext CNI-less (disable_cni) + nri-bridge", Lifecycle: true, CNILess: true},
+		// Not in the issue: (g) without nri-bridge's work. What containerd itself spends on a
+		// CNI-less pod (NRI hooks, the seed status query) shows apart from the plugin's.
+		{Key: "h", Description: "knext CNI-less + 1 status plugin as the pod network (answers an IP, wires nothing)",
+			Plugins: []statusPlugin{fast(1, true)}, Lifecycle: true, CNILess: true},
+		// Opt-in: (g) with another build of nri-bridge, e.g. an older one, in the same rounds.
+		{Key: "i", Description: "knext CNI-less + the nri-bridge of -baseline-nri-bridge", Lifecycle: true, CNILess: true,
+			BaselineBridge: true},
 	}
+}
+
+// benchmarks are the parts of the run -benchmarks selects.
+type benchmarks struct {
+	Status    bool `json:"status"`    // PodSandboxStatus (issue 6), with the raw round trip (issue 12)
+	Lifecycle bool `json:"lifecycle"` // pod starts and removals (issue 12)
+	Scale     bool `json:"scale"`     // restart and status sweep with many pods (issue 12)
+}
+
+func parseBenchmarks(list string) (benchmarks, error) {
+	var b benchmarks
+	for _, name := range strings.Split(list, ",") {
+		switch strings.TrimSpace(name) {
+		case "status":
+			b.Status = true
+		case "lifecycle":
+			b.Lifecycle = true
+		case "scale":
+			b.Scale = true
+		default:
+			return b, fmt.Errorf("-benchmarks: unknown benchmark %q (known: status, lifecycle, scale)", name)
+		}
+	}
+	return b, nil
+}
+
+// measures tells whether configuration c has anything to measure in the selected rounds.
+func (b benchmarks) measures(c configuration) bool {
+	return (b.Status && c.Status) || (b.Lifecycle && c.Lifecycle)
 }
 
 // settings are the command line.
@@ -94,6 +162,17 @@ type settings struct {
 	LogLevel   string        `json:"logLevel"`
 	NRITimeout time.Duration `json:"nriRequestTimeoutNs"`
 	Profile    string        `json:"profile,omitempty"` // directory of daemon CPU profiles
+
+	Benchmarks    string     `json:"benchmarks"`
+	Selected      benchmarks `json:"-"`
+	LifecyclePods int        `json:"lifecyclePods"` // pods started and removed per round and concurrency
+	CNITracePods  int        `json:"cniTracePods"`  // pods of the traced CNI pass per round
+	ScalePods     int        `json:"scalePods"`
+	ScaleRepeats  int        `json:"scaleRepeats"`
+	Bridge        string     `json:"bridge"` // nri-bridge binary
+	BaseBridge    string     `json:"baselineBridge,omitempty"`
+	CNITrace      string     `json:"cniTrace"` // cnitrace binary
+	CNIBinDir     string     `json:"cniBinDir"`
 }
 
 func main() {
@@ -104,12 +183,21 @@ func main() {
 	flag.IntVar(&s.StormPods, "storm-pods", 10, "pods created (one at a time) during each status storm")
 	flag.IntVar(&s.Bursts, "bursts", 20, "bursts of 16 concurrent queries for one pod")
 	flag.DurationVar(&s.SlowDelay, "slow-delay", 50*time.Millisecond, "answer time of the slow plugin of configuration e")
-	flag.StringVar(&s.Configs, "configs", "a,b,c,d,e", "configurations to run, comma-separated: a (the baseline of every ratio) to e, and the opt-in f")
+	flag.StringVar(&s.Configs, "configs", "a,b,c,d,e,g,h", "configurations to run, comma-separated: a (the baseline of every ratio) to e, g, h, and the opt-in f and i")
 	flag.StringVar(&s.Upstream, "upstream", binaryIn("KNEXT_UPSTREAM_BIN_DIR", "containerd"),
 		"upstream containerd binary (make upstream; default from $KNEXT_UPSTREAM_BIN_DIR); its shim must be next to it")
 	flag.StringVar(&s.Knext, "knext", binaryIn("KNEXT_BIN_DIR", "containerd"),
 		"knext containerd binary (make build; default from $KNEXT_BIN_DIR); its shim must be next to it")
 	flag.StringVar(&s.Plugin, "plugin", "", "status plugin binary (contrib/bench/statusplugin)")
+	flag.StringVar(&s.Bridge, "nri-bridge", binaryIn("KNEXT_BIN_DIR", "nri-bridge"), "nri-bridge binary (make build), the network of configuration g")
+	flag.StringVar(&s.BaseBridge, "baseline-nri-bridge", "", "another nri-bridge binary, for the opt-in configuration i")
+	flag.StringVar(&s.CNITrace, "cnitrace", "", "CNI plugin timing wrapper (contrib/bench/cnitrace); without it, no CNI breakdown")
+	flag.StringVar(&s.CNIBinDir, "cni-bin-dir", "/usr/lib/cni", "the real CNI plugins (bridge, host-local, loopback, portmap)")
+	flag.StringVar(&s.Benchmarks, "benchmarks", "status,lifecycle,scale", "parts to run, comma-separated: status, lifecycle, scale")
+	flag.IntVar(&s.LifecyclePods, "lifecycle-pods", 30, "pods started and removed per configuration, round and concurrency")
+	flag.IntVar(&s.CNITracePods, "cni-trace-pods", 10, "pods of the traced CNI pass per round of a and b (0: none)")
+	flag.IntVar(&s.ScalePods, "scale-pods", 200, "pods of each configuration in the scale measurements")
+	flag.IntVar(&s.ScaleRepeats, "scale-repeats", 3, "daemon restarts per configuration in the scale measurements")
 	flag.StringVar(&s.Out, "out", "build/bench/report.json", "JSON report")
 	flag.StringVar(&s.LogLevel, "log-level", "info", "containerd log level (upstream's default)")
 	flag.DurationVar(&s.NRITimeout, "nri-request-timeout", 2*time.Second, "NRI plugin_request_timeout")
@@ -130,13 +218,19 @@ func run(ctx context.Context, s settings) error {
 	if err != nil {
 		return err
 	}
+	if s.Selected, err = parseBenchmarks(s.Benchmarks); err != nil {
+		return err
+	}
 	if err := s.check(configs); err != nil {
 		return err
 	}
 	report := newReport(s, configs)
-	log.Printf("bench: %d pods, configurations %s, %d rounds, %s per measurement", s.Pods, s.Configs, s.Repeats, s.Duration)
+	log.Printf("bench: %s; %d pods, configurations %s, %d rounds, %s per measurement", s.Benchmarks, s.Pods, s.Configs, s.Repeats, s.Duration)
 
 	runErr := runRounds(ctx, s, configs, report)
+	if runErr == nil && s.Selected.Scale {
+		runErr = runScale(ctx, s, configs, report)
+	}
 	report.finish()
 	if runErr == nil {
 		report.printTable(os.Stdout)
@@ -157,11 +251,14 @@ func runRounds(ctx context.Context, s settings, configs []configuration, report 
 	var instances []*instance
 	defer func() {
 		for _, in := range instances {
-			err = errors.Join(err, in.h.Close())
+			err = errors.Join(err, in.close())
 		}
 	}()
 	for _, c := range configs {
-		in, err := newInstance(ctx, s, c)
+		if !s.Selected.measures(c) {
+			continue
+		}
+		in, err := newInstance(ctx, s, c, s.Pods)
 		if in != nil {
 			instances = append(instances, in)
 		}
@@ -181,15 +278,21 @@ func runRounds(ctx context.Context, s settings, configs []configuration, report 
 	return nil
 }
 
+// maxPodsPerInstance is what an instance's /24 holds with room to spare.
+const maxPodsPerInstance = 250
+
 func (s settings) check(configs []configuration) error {
 	if s.Pods < 16 || s.Pods > 200 {
 		return fmt.Errorf("-pods %d: want 16..200 (concurrency 16 needs distinct pods; the CNI subnet is a /24)", s.Pods)
 	}
-	if s.Pods+s.StormPods > 250 {
-		return fmt.Errorf("-pods %d + -storm-pods %d exceed the CNI /24", s.Pods, s.StormPods)
+	if extra := max(s.StormPods, s.LifecyclePods, s.CNITracePods); s.Pods+extra > maxPodsPerInstance {
+		return fmt.Errorf("-pods %d + %d (-storm-pods, -lifecycle-pods or -cni-trace-pods) exceed the /24 of an instance", s.Pods, extra)
 	}
-	if s.Repeats < 1 || s.Duration <= 0 || s.Bursts < 1 || s.StormPods < 1 {
-		return errors.New("-repeats, -duration, -bursts and -storm-pods must be positive")
+	if s.ScalePods < 1 || s.ScalePods > maxPodsPerInstance {
+		return fmt.Errorf("-scale-pods %d: want 1..%d (the subnet of an instance is a /24)", s.ScalePods, maxPodsPerInstance)
+	}
+	if s.Repeats < 1 || s.Duration <= 0 || s.Bursts < 1 || s.StormPods < 1 || s.LifecyclePods < 1 || s.ScaleRepeats < 1 || s.CNITracePods < 0 {
+		return errors.New("-repeats, -duration, -bursts, -storm-pods, -lifecycle-pods and -scale-repeats must be positive, -cni-trace-pods not negative")
 	}
 	var errs []error
 	if s.Knext == "" {
@@ -202,8 +305,14 @@ func (s settings) check(configs []configuration) error {
 		if len(c.Plugins) > 0 && s.Plugin == "" {
 			errs = append(errs, fmt.Errorf("configuration %s needs -plugin (go build ./contrib/bench/statusplugin)", c.Key))
 		}
+		if c.bridged() && s.Bridge == "" {
+			errs = append(errs, fmt.Errorf("configuration %s needs -nri-bridge (`make build` builds it)", c.Key))
+		}
+		if c.BaselineBridge && s.BaseBridge == "" {
+			errs = append(errs, fmt.Errorf("configuration %s needs -baseline-nri-bridge", c.Key))
+		}
 	}
-	for _, path := range []string{s.Knext, s.Upstream, s.Plugin} {
+	for _, path := range []string{s.Knext, s.Upstream, s.Plugin, s.Bridge, s.BaseBridge, s.CNITrace} {
 		if path == "" {
 			continue
 		}
@@ -238,7 +347,7 @@ func selectConfigurations(all []configuration, list string) ([]configuration, er
 		}
 	}
 	for key := range wanted {
-		return nil, fmt.Errorf("-configs: unknown configuration %q (known: a, b, c, d, e, f)", key)
+		return nil, fmt.Errorf("-configs: unknown configuration %q (known: a to i)", key)
 	}
 	if len(selected) == 0 || selected[0].Key != "a" {
 		return nil, errors.New("-configs must include a: every ratio is to upstream")
@@ -249,6 +358,9 @@ func selectConfigurations(all []configuration, list string) ([]configuration, er
 // rotate returns the order of round r: the instances rotated left by r, so that no configuration
 // always follows the same one.
 func rotate(instances []*instance, r int) []*instance {
+	if len(instances) == 0 {
+		return nil
+	}
 	k := r % len(instances)
 	return append(append([]*instance{}, instances[k:]...), instances[:k]...)
 }

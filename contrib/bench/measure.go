@@ -20,6 +20,7 @@ import (
 
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/knext-dev/knext/contrib/bench/ping"
 	"github.com/knext-dev/knext/contrib/bench/pluginstats"
 	"github.com/knext-dev/knext/contrib/images/testimages"
 	"github.com/knext-dev/knext/integration/harness"
@@ -58,47 +59,94 @@ type instance struct {
 	podConfigs []*criruntime.PodSandboxConfig
 	// debugSocket serves the daemon's pprof handlers when profiles are wanted (-profile).
 	debugSocket string
+	// metricsAddress is the daemon's metrics endpoint (host:port), where NRI's plugin latencies are.
+	metricsAddress string
+	cni            *cniBinDir // nil for CNI-less configurations
 }
 
-// newInstance starts configuration c's instance on its daemon binary, runs its pods, and stops
-// the daemon.
-func newInstance(ctx context.Context, s settings, c configuration) (*instance, error) {
+// newInstance starts configuration c's instance on its daemon binary, runs pods pods, and stops
+// the daemon. Every instance has the same generated configuration (with the CNI network of
+// bridge, host-local, portmap and loopback, a metrics endpoint, NRI enabled), except that a
+// CNI-less one has disable_cni and nri-bridge. It returns the instance also on error, for the
+// caller to close.
+func newInstance(ctx context.Context, s settings, c configuration, pods int) (*instance, error) {
 	binary := s.Knext
 	if c.Upstream {
 		binary = s.Upstream
 	}
-	opts := harness.Options{Containerd: binary, LogLevel: s.LogLevel, NRIRequestTimeout: s.NRITimeout, Logf: log.Printf}
-	var debugSocket string
+	in := &instance{s: s, c: c}
+	var err error
+	if in.metricsAddress, err = freeLoopbackAddress(); err != nil {
+		return nil, err
+	}
+	opts := harness.Options{Containerd: binary, LogLevel: s.LogLevel, NRIRequestTimeout: s.NRITimeout, Logf: log.Printf,
+		CNIPortMappings: true, CNIBinDir: s.CNIBinDir,
+		ExtraConfig: fmt.Sprintf("[plugins.'io.containerd.server.v1.metrics']\naddress = %q\n", in.metricsAddress)}
+	if c.CNILess {
+		opts.ExtraConfig += "[plugins.'io.containerd.cri.v1.runtime'.cni]\ndisable_cni = true\n"
+		opts.SkipNetworkReadyWait = true
+	} else {
+		if in.cni, err = newCNIBinDir(s.CNIBinDir, s.CNITrace); err != nil {
+			return nil, err
+		}
+		opts.CNIBinDir = in.cni.dir
+	}
 	if s.Profile != "" {
 		// The debug socket's path goes into the configuration, so the root is chosen here.
 		root, err := os.MkdirTemp("", "knx-")
 		if err != nil {
-			return nil, err
+			return in, err
 		}
-		debugSocket = filepath.Join(root, "debug.sock")
-		opts.Root, opts.ExtraConfig = root, fmt.Sprintf("[debug]\naddress = %q\n", debugSocket)
+		in.debugSocket = filepath.Join(root, "debug.sock")
+		opts.Root = root
+		opts.ExtraConfig += fmt.Sprintf("[debug]\naddress = %q\n", in.debugSocket)
 	}
-	h, err := harness.New(ctx, opts)
-	if err != nil {
+	if in.h, err = harness.New(ctx, opts); err != nil {
 		if opts.Root != "" {
 			os.Remove(opts.Root)
 		}
-		return nil, fmt.Errorf("configuration %s: %w", c.Key, err)
+		return in, fmt.Errorf("configuration %s: %w", c.Key, err)
 	}
-	in := &instance{s: s, c: c, h: h, debugSocket: debugSocket}
 	start := time.Now()
-	if err := in.createPods(ctx); err != nil {
-		return in, fmt.Errorf("configuration %s: %w\n%s", c.Key, err, h.LogTail(20))
+	if c.CNILess { // the network plugin must be there to create pods
+		err = in.withNetworkPlugins(ctx, func([]*runningPlugin) error { return in.createPods(ctx, pods) })
+	} else {
+		err = in.createPods(ctx, pods)
+	}
+	if err != nil {
+		return in, fmt.Errorf("configuration %s: %w\n%s", c.Key, err, in.h.LogTail(20))
 	}
 	log.Printf("bench: configuration %s: %d pods running after %s", c.Key, len(in.pods), time.Since(start).Round(time.Millisecond))
-	return in, h.Stop()
+	return in, in.h.Stop()
+}
+
+// close removes the instance: its harness (pods, daemon, everything else) and its CNI bin dir.
+func (in *instance) close() error {
+	var errs []error
+	if in.h != nil {
+		errs = append(errs, in.h.Close())
+	}
+	if in.cni != nil {
+		errs = append(errs, in.cni.remove())
+	}
+	return errors.Join(errs...)
+}
+
+// freeLoopbackAddress returns a loopback address with a port that is free now.
+func freeLoopbackAddress() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }
 
 // createPods starts the long-running pods, four at a time.
-func (in *instance) createPods(ctx context.Context) error {
-	in.pods = make([]string, in.s.Pods)
-	in.podConfigs = make([]*criruntime.PodSandboxConfig, in.s.Pods)
-	return forEach(in.s.Pods, 4, func(i int) error {
+func (in *instance) createPods(ctx context.Context, n int) error {
+	in.pods = make([]string, n)
+	in.podConfigs = make([]*criruntime.PodSandboxConfig, n)
+	return forEach(n, 4, func(i int) error {
 		config := in.h.PodConfig(fmt.Sprintf("bench-%03d", i))
 		resp, err := in.h.Runtime.RunPodSandbox(ctx, &criruntime.RunPodSandboxRequest{Config: config})
 		if err != nil {
@@ -127,7 +175,8 @@ func forEach(n, width int, fn func(i int) error) error {
 	return errors.Join(errs...)
 }
 
-// run starts the instance's daemon and plugins, measures them, and stops them.
+// run starts the instance's daemon (and nri-bridge or the status plugins), measures what the
+// selected benchmarks measure of the configuration, and stops them.
 func (in *instance) run(ctx context.Context, round int) (_ *Run, err error) {
 	log.Printf("bench: round %d, configuration %s: %s", round, in.c.Key, in.c.Description)
 	run := &Run{Config: in.c.Key, Round: round, Load: loadAverage()}
@@ -142,7 +191,40 @@ func (in *instance) run(ctx context.Context, round int) (_ *Run, err error) {
 		}
 		err = errors.Join(err, in.h.Stop())
 	}()
+	if in.s.Selected.Status && in.c.Status {
+		if err := in.runStatus(ctx, round, run); err != nil {
+			return nil, err
+		}
+	}
+	if in.s.Selected.Lifecycle && in.c.Lifecycle {
+		if err := in.withNetworkPlugins(ctx, func([]*runningPlugin) error { return in.runLifecycle(ctx, round, run) }); err != nil {
+			return nil, err
+		}
+	}
+	return run, nil
+}
 
+// runLifecycle measures pod starts and removals at every concurrency, and the CNI plugins'
+// share in a traced pass.
+func (in *instance) runLifecycle(ctx context.Context, round int, run *Run) (err error) {
+	for _, width := range lifecycleWidths {
+		sample, err := in.measureLifecycle(ctx, width, round)
+		if err != nil {
+			return fmt.Errorf("lifecycle at concurrency %d: %w", width, err)
+		}
+		run.Lifecycle = append(run.Lifecycle, sample)
+	}
+	if in.cni != nil && in.s.CNITrace != "" && in.s.CNITracePods > 0 {
+		if run.CNI, err = in.measureCNITrace(ctx, round); err != nil {
+			return fmt.Errorf("CNI trace: %w", err)
+		}
+	}
+	return nil
+}
+
+// runStatus measures PodSandboxStatus with the configuration's status plugins (issue 6), and
+// the raw round trip to the plugin (issue 12).
+func (in *instance) runStatus(ctx context.Context, round int, run *Run) (err error) {
 	plugins, err := in.startPlugins(ctx)
 	defer func() {
 		for _, p := range plugins {
@@ -152,36 +234,85 @@ func (in *instance) run(ctx context.Context, round int) (_ *Run, err error) {
 		}
 	}()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := in.checkPods(ctx, plugins); err != nil {
-		return nil, err
+		return err
 	}
 	// Untimed: the first calls after a start pay for cold caches and connection setup.
 	if load := in.runStatusLoad(ctx, stormWidth, false, time.Now().Add(warmUp)); load.errors.Load() > 0 {
-		return nil, fmt.Errorf("warm-up: %d PodSandboxStatus errors, first: %s", load.errors.Load(), load.errorText())
+		return fmt.Errorf("warm-up: %d PodSandboxStatus errors, first: %s", load.errors.Load(), load.errorText())
 	}
 	for _, v := range variants {
 		sample, err := in.measureStatus(ctx, v, round, plugins)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		run.Status = append(run.Status, sample)
+		if in.c.Ping && !v.Verbose {
+			// Right after the status measurement at the same concurrency, to the same process.
+			ping, err := in.measurePing(ctx, plugins[0], v.Concurrency)
+			if err != nil {
+				return err
+			}
+			run.Ping = append(run.Ping, ping)
+		}
 	}
 	if len(plugins) > 0 {
 		if run.Bursts, err = in.measureBursts(ctx, plugins); err != nil {
-			return nil, err
+			return err
 		}
 		if run.Events, err = in.measureContainerEvents(ctx, plugins, fmt.Sprintf("events-%d", round)); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if in.c.Storm {
 		if run.Storm, err = in.measureStorm(ctx, fmt.Sprintf("storm-%d", round)); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return run, nil
+	return nil
+}
+
+// measurePing makes no-op ttrpc calls to the status plugin p from width workers over one
+// connection for the configured duration: the bare round trip to the process that answers
+// containerd's status calls.
+func (in *instance) measurePing(ctx context.Context, p *runningPlugin, width int) (PingSample, error) {
+	client, err := ping.Dial(ctx, p.ping)
+	if err != nil {
+		return PingSample{}, err
+	}
+	defer client.Close()
+	for range 100 { // untimed: a new connection, cold paths
+		if err := client.Ping(ctx); err != nil {
+			return PingSample{}, err
+		}
+	}
+	latencies := make([][]time.Duration, width)
+	errs := make([]error, width)
+	deadline := time.Now().Add(in.s.Duration)
+	var wg sync.WaitGroup
+	for w := range width {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for errs[w] == nil && time.Now().Before(deadline) {
+				start := time.Now()
+				if errs[w] = client.Ping(ctx); errs[w] == nil {
+					latencies[w] = append(latencies[w], time.Since(start))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return PingSample{}, err
+	}
+	all := slices.Concat(latencies...)
+	sample := PingSample{Concurrency: width, Calls: len(all), P50Ms: percentileMs(all, 0.5), P99Ms: percentileMs(all, 0.99)}
+	log.Printf("bench:   ttrpc round trip to plugin %s-%s, c%d: %d calls, p50 %.3f ms, p99 %.3f ms",
+		p.spec.Index, p.spec.Name, width, sample.Calls, sample.P50Ms, sample.P99Ms)
+	return sample, nil
 }
 
 // runningPlugin is a status plugin process of the current configuration.
@@ -189,23 +320,39 @@ type runningPlugin struct {
 	spec   statusPlugin
 	proc   *harness.Process
 	stats  string // its stats socket
+	ping   string // its ping socket
 	prefix netip.Prefix
 }
 
 // startPlugins starts the configuration's status plugins and waits until NRI has synchronized
 // each of them with every pod. It returns the plugins it started, also on error.
 func (in *instance) startPlugins(ctx context.Context) ([]*runningPlugin, error) {
+	plugins, err := in.launchPlugins()
+	if err != nil {
+		return plugins, err
+	}
+	for _, p := range plugins {
+		if err := in.waitSynchronized(ctx, p); err != nil {
+			return plugins, err
+		}
+	}
+	return plugins, nil
+}
+
+// launchPlugins starts the configuration's status plugins without waiting for them. It returns
+// the plugins it started, also on error.
+func (in *instance) launchPlugins() ([]*runningPlugin, error) {
 	var plugins []*runningPlugin
 	for _, spec := range in.c.Plugins {
 		name := spec.Index + "-" + spec.Name
-		p := &runningPlugin{spec: spec, stats: filepath.Join(in.h.Root, name+".stats")}
+		p := &runningPlugin{spec: spec, stats: filepath.Join(in.h.Root, name+".stats"), ping: filepath.Join(in.h.Root, name+".ping")}
 		addr, err := netip.ParseAddr(spec.Prefix)
 		if err != nil {
 			return plugins, err
 		}
 		p.prefix = netip.PrefixFrom(addr, 48)
 		args := []string{"-nri-socket", in.h.NRISocket, "-name", spec.Name, "-idx", spec.Index,
-			"-stats-socket", p.stats, "-prefix", spec.Prefix, "-delay", spec.Delay.String()}
+			"-stats-socket", p.stats, "-ping-socket", p.ping, "-prefix", spec.Prefix, "-delay", spec.Delay.String()}
 		if spec.Primary {
 			args = append(args, "-primary")
 		}
@@ -213,11 +360,6 @@ func (in *instance) startPlugins(ctx context.Context) ([]*runningPlugin, error) 
 			return plugins, err
 		}
 		plugins = append(plugins, p)
-	}
-	for _, p := range plugins {
-		if err := in.waitSynchronized(ctx, p); err != nil {
-			return plugins, err
-		}
 	}
 	return plugins, nil
 }
@@ -354,7 +496,8 @@ func (in *instance) measureStatus(ctx context.Context, v variant, round int, plu
 	if in.debugSocket != "" {
 		profileDone = make(chan error, 1)
 		name := fmt.Sprintf("%s-round%d-%s.pprof", in.c.Key, round, strings.ReplaceAll(v.String(), " ", "-"))
-		go func() { profileDone <- in.profile(ctx, filepath.Join(in.s.Profile, name)) }()
+		seconds := max(1, int(in.s.Duration.Round(time.Second).Seconds()))
+		go func() { profileDone <- in.profile(ctx, filepath.Join(in.s.Profile, name), seconds) }()
 	}
 	start := time.Now()
 	load := in.runStatusLoad(ctx, v.Concurrency, v.Verbose, start.Add(in.s.Duration))
@@ -383,16 +526,14 @@ func (in *instance) measureStatus(ctx context.Context, v variant, round int, plu
 	return sample, nil
 }
 
-// profile writes the daemon's CPU profile over the measurement's duration (whole seconds, at
-// least one) to path.
-func (in *instance) profile(ctx context.Context, path string) error {
+// profile writes the daemon's CPU profile over the next seconds to path.
+func (in *instance) profile(ctx context.Context, path string, seconds int) error {
 	client := &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", in.debugSocket)
 		},
 	}}
 	defer client.CloseIdleConnections()
-	seconds := max(1, int(in.s.Duration.Round(time.Second).Seconds()))
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://containerd/debug/pprof/profile?seconds=%d", seconds), nil)
 	if err != nil {
 		return err
@@ -584,13 +725,22 @@ func (in *instance) measureStorm(ctx context.Context, prefix string) (*StormSamp
 
 // percentileMs returns the nearest-rank p-quantile of samples in milliseconds (0 for none).
 func percentileMs(samples []time.Duration, p float64) float64 {
-	if len(samples) == 0 {
+	values := make([]float64, len(samples))
+	for i, d := range samples {
+		values[i] = ms(d)
+	}
+	return percentile(values, p)
+}
+
+// percentile returns the nearest-rank p-quantile of values (0 for none).
+func percentile(values []float64, p float64) float64 {
+	if len(values) == 0 {
 		return 0
 	}
-	sorted := slices.Clone(samples)
+	sorted := slices.Clone(values)
 	slices.Sort(sorted)
 	rank := max(0, min(int(math.Ceil(p*float64(len(sorted))))-1, len(sorted)-1))
-	return float64(sorted[rank].Nanoseconds()) / 1e6
+	return sorted[rank]
 }
 
 // loadAverage returns the 1, 5 and 15-minute load averages ("" when unknown): other work on the

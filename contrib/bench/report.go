@@ -60,14 +60,86 @@ type StormSample struct {
 
 // Run is one configuration in one round.
 type Run struct {
-	Config       string         `json:"config"`
-	Round        int            `json:"round"`
-	Load         string         `json:"loadAverage"`  // when the run started
-	StartSeconds float64        `json:"startSeconds"` // daemon start until CRI is ready
-	Status       []StatusSample `json:"status"`
-	Bursts       *BurstSample   `json:"bursts,omitempty"`
-	Events       *EventsSample  `json:"events,omitempty"`
-	Storm        *StormSample   `json:"storm,omitempty"`
+	Config       string            `json:"config"`
+	Round        int               `json:"round"`
+	Load         string            `json:"loadAverage"`  // when the run started
+	StartSeconds float64           `json:"startSeconds"` // daemon start until CRI is ready
+	Status       []StatusSample    `json:"status"`
+	Ping         []PingSample      `json:"ping,omitempty"`
+	Bursts       *BurstSample      `json:"bursts,omitempty"`
+	Events       *EventsSample     `json:"events,omitempty"`
+	Storm        *StormSample      `json:"storm,omitempty"`
+	Lifecycle    []LifecycleSample `json:"lifecycle,omitempty"`
+	CNI          *CNITrace         `json:"cni,omitempty"`
+}
+
+// PingSample is the raw ttrpc round trip to a status plugin process (package ping).
+type PingSample struct {
+	Concurrency int     `json:"concurrency"`
+	Calls       int     `json:"calls"`
+	P50Ms       float64 `json:"p50Ms"`
+	P99Ms       float64 `json:"p99Ms"`
+}
+
+// LifecycleSample is one pass of pod starts and removals at one concurrency.
+type LifecycleSample struct {
+	Concurrency       int       `json:"concurrency"`
+	Pods              int       `json:"pods"`
+	RunMs             []float64 `json:"runMs"`        // RunPodSandbox of each pod
+	StopRemoveMs      []float64 `json:"stopRemoveMs"` // StopPodSandbox + RemovePodSandbox of each pod
+	RunSeconds        float64   `json:"runSeconds"`   // wall time of the start phase
+	StopRemoveSeconds float64   `json:"stopRemoveSeconds"`
+	RunP50Ms          float64   `json:"runP50Ms"`
+	RunP99Ms          float64   `json:"runP99Ms"`
+	StopRemoveP50Ms   float64   `json:"stopRemoveP50Ms"`
+	StopRemoveP99Ms   float64   `json:"stopRemoveP99Ms"`
+	// NRI are containerd's NRI plugin latencies during the pass (its metrics endpoint).
+	NRI []HookLatency `json:"nri,omitempty"`
+	// Bridge is nri-bridge's own account of the pass (its log), CNI-less configurations only.
+	Bridge *BridgeTimings `json:"bridge,omitempty"`
+}
+
+// HookLatency is the mean latency of one NRI plugin's calls of one operation, as containerd
+// measured it (plugin_latency histogram), in one phase of a lifecycle pass.
+type HookLatency struct {
+	Phase     string  `json:"phase"` // "run" or "stop+remove"
+	Plugin    string  `json:"plugin"`
+	Operation string  `json:"operation"`
+	Calls     int     `json:"calls"`
+	MeanMs    float64 `json:"meanMs"`
+}
+
+// BridgeTimings are the mean durations of nri-bridge's steps, from its log: storing the
+// allocation (durably) and wiring the pod in RunPodSandbox; detaching the pod in StopPodSandbox,
+// then deleting its veth (unwired) and releasing its addresses after the hook.
+type BridgeTimings struct {
+	Setups     int     `json:"setups"`
+	Releases   int     `json:"releases"`
+	StoredMs   float64 `json:"storedMs"`
+	WiredMs    float64 `json:"wiredMs"`
+	DetachedMs float64 `json:"detachedMs"`
+	UnwiredMs  float64 `json:"unwiredMs"`
+	ReleasedMs float64 `json:"releasedMs"`
+	Error      string  `json:"error,omitempty"`
+}
+
+// CNITrace is a traced pass: every CNI plugin execution timed by cnitrace.
+type CNITrace struct {
+	Pods            int            `json:"pods"`
+	Executions      []CNIExecution `json:"executions"`
+	AddPerPodMs     float64        `json:"addPerPodMs"` // plugins containerd ran, per pod
+	DelPerPodMs     float64        `json:"delPerPodMs"`
+	RunP50Ms        float64        `json:"runP50Ms"` // of the traced pass, wrapper included
+	StopRemoveP50Ms float64        `json:"stopRemoveP50Ms"`
+}
+
+// CNIExecution is one plugin's executions of one command in a traced pass.
+type CNIExecution struct {
+	Plugin  string  `json:"plugin"`
+	Command string  `json:"command"`
+	Nested  bool    `json:"nested"` // run by another plugin, whose time includes it
+	Calls   int     `json:"calls"`
+	MeanMs  float64 `json:"meanMs"`
 }
 
 // Spread is the min, median and max of a figure over the rounds.
@@ -114,8 +186,9 @@ type StormSummary struct {
 	StatusPerSecond *Spread `json:"statusPerSecond"`
 }
 
-// Target is one target of issue 6, judged on the Judged statistic of Measured.
+// Target is one target of an issue, judged on the Judged statistic of Measured.
 type Target struct {
+	Issue    int     `json:"issue"`
 	Name     string  `json:"name"`
 	Limit    float64 `json:"limit"`
 	Judged   string  `json:"judged"` // "median" or "max" of Measured
@@ -143,11 +216,17 @@ type report struct {
 	Binaries       map[string]string `json:"binaries"` // --version of each daemon
 	// DependencyDifferences lists modules linked at different versions into the upstream and knext
 	// daemons, other than the patched trees: empty when only knext's patches differ.
-	DependencyDifferences []string        `json:"dependencyDifferences"`
-	Runs                  []*Run          `json:"runs"`
-	Status                []StatusSummary `json:"status"`
-	Storm                 []StormSummary  `json:"storm"`
-	Targets               []Target        `json:"targets"`
+	DependencyDifferences []string           `json:"dependencyDifferences"`
+	Runs                  []*Run             `json:"runs"`
+	Status                []StatusSummary    `json:"status"`
+	Storm                 []StormSummary     `json:"storm"`
+	Lifecycle             []LifecycleSummary `json:"lifecycle"`
+	Steps                 []StepSummary      `json:"lifecycleSteps"`
+	Overhead              []OverheadSummary  `json:"statusOverhead"`
+	Scale                 []ScaleSample      `json:"scale"`
+	ScaleSummaries        []ScaleSummary     `json:"scaleSummaries"`
+	Persisted             []PersistedBytes   `json:"persistedPerPod"`
+	Targets               []Target           `json:"targets"`
 }
 
 func newReport(s settings, configs []configuration) *report {
@@ -169,17 +248,35 @@ func (r *report) finish() {
 	// Every run has the baseline (a), so both daemons.
 	r.Binaries = map[string]string{"knext": version(r.Settings.Knext), "upstream": version(r.Settings.Upstream)}
 	r.DependencyDifferences = dependencyDifferences(r.Settings.Upstream, r.Settings.Knext)
-	for _, v := range variants {
+	sel := r.Settings.Selected
+	if sel.Status {
+		for _, v := range variants {
+			for _, c := range r.Configurations {
+				if c.Status {
+					r.Status = append(r.Status, r.statusSummary(c.Key, v))
+				}
+			}
+		}
 		for _, c := range r.Configurations {
-			r.Status = append(r.Status, r.statusSummary(c.Key, v))
+			if c.Storm {
+				r.Storm = append(r.Storm, r.stormSummary(c.Key))
+			}
 		}
+		r.Overhead = r.overheadSummaries()
+		r.Targets = append(r.targets(), r.statusTargets12()...)
 	}
-	for _, c := range r.Configurations {
-		if c.Storm {
-			r.Storm = append(r.Storm, r.stormSummary(c.Key))
+	if sel.Lifecycle {
+		for _, width := range lifecycleWidths {
+			for _, c := range r.Configurations {
+				if c.Lifecycle {
+					r.Lifecycle = append(r.Lifecycle, r.lifecycleSummary(c.Key, width))
+				}
+			}
 		}
+		r.Steps = r.lifecycleSteps()
+		r.Targets = append(r.Targets, r.lifecycleTargets()...)
 	}
-	r.Targets = r.targets()
+	r.ScaleSummaries = r.scaleSummaries()
 }
 
 // perRound returns metric of configuration key in every round that measured it.
@@ -375,6 +472,9 @@ func (r *report) targets() []Target {
 		return run.Bursts.PluginCallsPerBurstPerPlugin, true
 	}))
 	targets = append(targets, judge(burst, bursts, r.absent("e")...))
+	for i := range targets {
+		targets[i].Issue = 6
+	}
 	return targets
 }
 
@@ -423,7 +523,7 @@ func cell(s *Spread, f string) string {
 
 func (r *report) printTable(out io.Writer) {
 	s := r.Settings
-	fmt.Fprintf(out, "\nknext PodSandboxStatus benchmark, %s .. %s\n", r.Started.Format(time.RFC3339), r.Finished.Format(time.RFC3339))
+	fmt.Fprintf(out, "\nknext benchmark (%s), %s .. %s\n", s.Benchmarks, r.Started.Format(time.RFC3339), r.Finished.Format(time.RFC3339))
 	fmt.Fprintf(out, "machine: %d x %s, %s, kernel %s, %s; load average %s at start, %s at end\n",
 		r.Machine.CPUs, r.Machine.CPU, r.Machine.Memory, r.Machine.Kernel, r.Machine.Go, r.Machine.LoadStart, r.Machine.LoadEnd)
 	for _, key := range []string{"upstream", "knext"} {
@@ -441,7 +541,36 @@ func (r *report) printTable(out io.Writer) {
 	fmt.Fprintf(out, "\nrunning pods: %d; rounds: %d, configurations alternating in a rotating order; "+
 		"each PodSandboxStatus measurement: %s.\n", s.Pods, s.Repeats, s.Duration)
 	fmt.Fprintln(out, "Cells: median [min..max] over the rounds; ratios are per-round ratios to (a), same statistics.")
+	if s.Selected.Status {
+		r.printStatus(out)
+		r.printOverhead(out)
+	}
+	r.printLifecycle(out)
+	r.printScale(out)
+	for _, issue := range []int{6, 12} {
+		printed := false
+		for _, t := range r.Targets {
+			if t.Issue != issue {
+				continue
+			}
+			if !printed {
+				fmt.Fprintf(out, "\nTargets (issue %d):\n", issue)
+				printed = true
+			}
+			measured := "-"
+			if t.Measured != nil {
+				measured = t.Judged + " " + cell(t.Measured, "%.3g")
+			}
+			line := fmt.Sprintf("  %-12s %s: %s", strings.ToUpper(t.Status), t.Name, measured)
+			if t.Note != "" {
+				line += " (" + t.Note + ")"
+			}
+			fmt.Fprintln(out, line)
+		}
+	}
+}
 
+func (r *report) printStatus(out io.Writer) {
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "\nvariant\tcfg\tp50 ms\tp99 ms\tcalls/s\tp50 / (a)\tp99 / (a)\tcalls/s / (a)\tplugin calls per status\t")
 	for _, st := range r.Status {
@@ -453,7 +582,7 @@ func (r *report) printTable(out io.Writer) {
 	w.Flush()
 
 	if len(r.Storm) > 0 {
-		fmt.Fprintf(out, "\nRunPodSandbox of %d new pods, one at a time, during a %d-way PodSandboxStatus storm:\n", s.StormPods, stormWidth)
+		fmt.Fprintf(out, "\nRunPodSandbox of %d new pods, one at a time, during a %d-way PodSandboxStatus storm:\n", r.Settings.StormPods, stormWidth)
 		w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(w, "cfg\tRunPodSandbox p50 ms\tmax ms\tp50 / (a)\tstatus calls/s during the storm\t")
 		for _, st := range r.Storm {
@@ -476,19 +605,6 @@ func (r *report) printTable(out io.Writer) {
 			run.Events.PluginCalls, run.Bursts.PluginCallsPerBurstPerPlugin)
 	}
 	w.Flush()
-
-	fmt.Fprintln(out, "\nTargets (issue 6):")
-	for _, t := range r.Targets {
-		measured := "-"
-		if t.Measured != nil {
-			measured = t.Judged + " " + cell(t.Measured, "%.3g")
-		}
-		line := fmt.Sprintf("  %-12s %s: %s", strings.ToUpper(t.Status), t.Name, measured)
-		if t.Note != "" {
-			line += " (" + t.Note + ")"
-		}
-		fmt.Fprintln(out, line)
-	}
 }
 
 // version returns a daemon's --version output.

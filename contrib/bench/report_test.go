@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -57,7 +58,7 @@ func runs(key string, p50s ...float64) []*Run {
 func target(t *testing.T, r *report, name string) Target {
 	t.Helper()
 	var found []Target
-	for _, target := range r.targets() {
+	for _, target := range slices.Concat(r.targets(), r.statusTargets12(), r.lifecycleTargets()) {
 		if target.Name == name {
 			found = append(found, target)
 		}
@@ -168,5 +169,8 @@ func TestRotateStartsEachRoundElsewhere(t *testing.T) {
 	}
 	if keys(instances) != "abc" {
 		t.Error("rotate modified its argument")
+	}
+	if got := rotate(nil, 3); got != nil {
+		t.Errorf("rotate of no instances = %v", got)
 	}
 }

@@ -67,7 +67,8 @@ type Options struct {
 	Runc string
 	// Crictl is the crictl binary. Default: crictl from PATH.
 	Crictl string
-	// CNIBinDir holds the CNI plugins (bridge, host-local, loopback). Default: /usr/lib/cni.
+	// CNIBinDir holds the CNI plugins (bridge, host-local, loopback; portmap with CNIPortMappings).
+	// Default: /usr/lib/cni.
 	CNIBinDir string
 	// CNIDualStack gives the instance's CNI network an IPv6 /64 (Harness.Subnet6) next to its
 	// IPv4 /24: pods get an address of each, IPv4 first. The CNI bridge plugin then turns the

@@ -1,6 +1,7 @@
 // Command statusplugin is the benchmark's NRI status plugin. It gives every pod it learns about
 // (Synchronize, RunPodSandbox) an IP of its own prefix, answers PodSandboxStatus with it from
-// memory, optionally after a fixed delay, and serves its call count (package pluginstats).
+// memory, optionally after a fixed delay, and serves its call count (package pluginstats) and,
+// with -ping-socket, a no-op ttrpc service (package ping): the bare round trip to this process.
 package main
 
 import (
@@ -22,6 +23,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
 
+	"github.com/knext-dev/knext/contrib/bench/ping"
 	"github.com/knext-dev/knext/contrib/bench/pluginstats"
 )
 
@@ -108,15 +110,16 @@ func main() {
 		prefix      = flag.String("prefix", "2001:db8:1::", "IPv6 prefix of the IPs this plugin reports")
 		primary     = flag.Bool("primary", false, "report the pod's primary IP instead of an additional one")
 		delay       = flag.Duration("delay", 0, "time spent on each PodSandboxStatus answer")
+		pingSocket  = flag.String("ping-socket", "", "unix socket to serve the no-op ttrpc ping service on (optional)")
 	)
 	flag.Parse()
-	if err := run(*nriSocket, *name, *index, *statsSocket, *prefix, *primary, *delay); err != nil {
+	if err := run(*nriSocket, *name, *index, *statsSocket, *pingSocket, *prefix, *primary, *delay); err != nil {
 		fmt.Fprintf(os.Stderr, "statusplugin %s-%s: %v\n", *index, *name, err)
 		os.Exit(1)
 	}
 }
 
-func run(nriSocket, name, index, statsSocket, prefix string, primary bool, delay time.Duration) error {
+func run(nriSocket, name, index, statsSocket, pingSocket, prefix string, primary bool, delay time.Duration) error {
 	base, err := netip.ParseAddr(prefix)
 	if err != nil || !base.Is6() {
 		return fmt.Errorf("-prefix %q: want an IPv6 address", prefix)
@@ -140,6 +143,19 @@ func run(nriSocket, name, index, statsSocket, prefix string, primary bool, delay
 			fmt.Fprintf(os.Stderr, "statusplugin %s: stats socket %s: %v\n", fullName, statsSocket, err)
 		}
 	}()
+
+	if pingSocket != "" {
+		os.Remove(pingSocket)
+		pl, err := net.Listen("unix", pingSocket)
+		if err != nil {
+			return err
+		}
+		go func() {
+			if err := ping.Serve(ctx, pl); err != nil {
+				fmt.Fprintf(os.Stderr, "statusplugin %s: ping socket %s: %v\n", fullName, pingSocket, err)
+			}
+		}()
+	}
 
 	s, err := stub.New(p, stub.WithSocketPath(nriSocket), stub.WithPluginName(name), stub.WithPluginIdx(index))
 	if err != nil {

@@ -1,0 +1,37 @@
+package ping
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"testing"
+)
+
+func TestPingRoundTrip(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "ping.sock")
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- Serve(ctx, l) }()
+
+	c, err := Dial(ctx, socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := c.Ping(ctx); err != nil {
+			t.Fatalf("ping: %v", err)
+		}
+	}
+	c.Close()
+	cancel()
+	if err := <-served; err != nil {
+		t.Errorf("Serve after cancel = %v, want nil", err)
+	}
+	if _, err := Dial(context.Background(), socket); err == nil {
+		t.Error("the service still accepts connections after Serve returned")
+	}
+}
