@@ -857,6 +857,9 @@ func TestKubeletSecondStatusPluginFailsOrIsSlow(t *testing.T) {
 	t.Run("answers slowly within the request timeout", func(t *testing.T) {
 		connected(t)
 		flaky.slowDown(t, time.Second)
+		// The timeouts of the previous case put the plugin in backoff (up to 30 s): until it
+		// ends, containerd answers from the last known answers without asking the plugin.
+		waitAskedAgain(t, n, flaky, started["a"].sandbox, 45*time.Second)
 		calls := flaky.calls(t, "")
 		n.restartKubelet(t, started)
 		stillConnected(t, calls)
@@ -864,4 +867,21 @@ func TestKubeletSecondStatusPluginFailsOrIsSlow(t *testing.T) {
 	flaky.slowDown(t, 0)
 	watch.check(t)
 	n.wantUnchanged(t, n.kubeletPods(t), started)
+}
+
+// waitAskedAgain queries the pod's status every 500 ms until containerd asks plugin for it again,
+// which it does once the plugin's status backoff has ended.
+func waitAskedAgain(t *testing.T, n *kubeletNode, plugin *testPlugin, sandboxID string, timeout time.Duration) {
+	t.Helper()
+	before := plugin.calls(t, sandboxID)
+	deadline := time.Now().Add(timeout)
+	for plugin.calls(t, sandboxID) == before {
+		if time.Now().After(deadline) {
+			t.Fatalf("containerd did not ask NRI plugin %s about pod sandbox %s for %s", plugin.nriName(), sandboxID, timeout)
+		}
+		if _, err := n.h.Runtime.PodSandboxStatus(n.ctx, &criruntime.PodSandboxStatusRequest{PodSandboxId: sandboxID}); err != nil {
+			t.Fatalf("PodSandboxStatus of %s: %v", sandboxID, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
