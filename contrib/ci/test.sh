@@ -32,9 +32,11 @@ run_suite() { # run_suite NAME COMMAND...
 	fi
 }
 
-run_suite knext-unit go test -race -json $(own_packages)
+run_suite knext-unit go test -race -json -timeout 30m $(own_packages)
 run_suite nri-unit contrib/ci/upstream/nri-unit.sh
 run_suite containerd-unit contrib/ci/upstream/containerd-unit.sh
+# Every patch of both series on its own: build, Windows build (containerd), its packages' tests.
+run_suite verify-series contrib/build/verify-series.sh -json
 # A few seconds of coverage-guided fuzzing of the merge and validation of plugin answers.
 run_suite nri-fuzz go test -json -run '^$' -fuzz '^FuzzMergePodSandboxStatus$' -fuzztime 5s \
 	github.com/containerd/nri/pkg/adaptation

@@ -53,34 +53,6 @@ func TestContainerdConfigRejectsInvalidExtraConfig(t *testing.T) {
 	}
 }
 
-func TestCNIConfigChainsPortMapOnRequest(t *testing.T) {
-	_, subnet, _ := net.ParseCIDR("10.250.3.0/24")
-	for _, portMap := range []bool{false, true} {
-		h := &Harness{Network: "knext-x", Bridge: "knxx", Subnet: subnet, opts: Options{CNIPortMappings: portMap}}
-		data, err := h.cniConfig()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var conflist struct {
-			Plugins []struct{ Type string } `json:"plugins"`
-		}
-		if err := json.Unmarshal(data, &conflist); err != nil {
-			t.Fatal(err)
-		}
-		var types []string
-		for _, p := range conflist.Plugins {
-			types = append(types, p.Type)
-		}
-		want := "bridge"
-		if portMap {
-			want = "bridge portmap"
-		}
-		if got := strings.Join(types, " "); got != want {
-			t.Errorf("CNIPortMappings %v: plugins %q, want %q", portMap, got, want)
-		}
-	}
-}
-
 func TestPickSubnetAvoidsUsedNetworks(t *testing.T) {
 	// Everything of the pool but 10.250.7.0/24 is taken, partly by a wider route.
 	var used []*net.IPNet
