@@ -5,19 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"text/tabwriter"
 	"time"
 
-	"io"
-	"text/tabwriter"
-
 	bolt "go.etcd.io/bbolt"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/anypb"
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/knext-dev/knext/integration/harness"
@@ -52,8 +49,8 @@ type PersistedBytes struct {
 	// v1/k8s.io/sandboxes/<id>: keys and values), ContainerRecord its pause container's.
 	SandboxRecord   float64 `json:"sandboxRecord"`
 	ContainerRecord float64 `json:"containerRecord"`
-	// NRINetwork is the part of the sandbox record knext adds: the last known NRI answer in the
-	// sandbox metadata extension.
+	// NRINetwork is the part of the sandbox record knext adds: the last known NRI answers in the
+	// sandbox extension "nri-network".
 	NRINetwork float64 `json:"nriNetwork"`
 	// BridgeRecord is nri-bridge's allocation of the pod (allocations.db: keys and values).
 	BridgeRecord float64 `json:"bridgeRecord,omitempty"`
@@ -257,11 +254,7 @@ func (in *instance) persistedBytes() PersistedBytes {
 				return fmt.Errorf("pod %s has no sandbox or container record", id)
 			}
 			sandbox, container = append(sandbox, float64(bucketBytes(sb))), append(container, float64(bucketBytes(ct)))
-			n, err := nriNetworkBytes(sb)
-			if err != nil {
-				return fmt.Errorf("pod %s: %w", id, err)
-			}
-			nri = append(nri, float64(n))
+			nri = append(nri, float64(nriNetworkBytes(sb)))
 		}
 		return nil
 	})
@@ -332,30 +325,19 @@ func bucketBytes(b *bolt.Bucket) int {
 	return n
 }
 
-// nriNetworkBytes is the size of the NRINetwork member (with its key) of the CRI sandbox
-// metadata in a sandbox record's extensions: what knext adds to it (0 without).
-func nriNetworkBytes(sandbox *bolt.Bucket) (int, error) {
+// nriNetworkBytes is the size of the sandbox record's "nri-network" extension (key and value),
+// where knext keeps the pod's last known NRI answers: what knext adds to the record (0 without).
+func nriNetworkBytes(sandbox *bolt.Bucket) int {
+	const key = "nri-network"
 	ext := sandbox.Bucket([]byte("extensions"))
 	if ext == nil {
-		return 0, nil
+		return 0
 	}
-	raw := ext.Get([]byte("metadata"))
+	raw := ext.Get([]byte(key))
 	if raw == nil {
-		return 0, nil
+		return 0
 	}
-	var any anypb.Any
-	if err := proto.Unmarshal(raw, &any); err != nil {
-		return 0, fmt.Errorf("sandbox metadata extension: %w", err)
-	}
-	var versioned struct{ Metadata map[string]json.RawMessage }
-	if err := json.Unmarshal(any.Value, &versioned); err != nil {
-		return 0, fmt.Errorf("sandbox metadata: %w", err)
-	}
-	member, ok := versioned.Metadata["NRINetwork"]
-	if !ok {
-		return 0, nil
-	}
-	return len(`,"NRINetwork":`) + len(member), nil
+	return len(key) + len(raw)
 }
 
 // ScaleSummary is one configuration's scale figures over the restarts.
