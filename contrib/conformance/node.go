@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -34,6 +35,11 @@ const (
 	digestSpec = "public image with digest should be pulled and removed"
 	// critestTimeout bounds one critest run (it takes about 2.5 minutes).
 	critestTimeout = 30 * time.Minute
+	// flakeAttempts is how many times critest runs a spec that fails: containerd itself has
+	// races that fail a spec now and then (2.4.2's "failed to set removing state for container"
+	// when RemoveContainer overlaps the exit of a stopped one), in upstream as in knext. A spec
+	// that passes only on a retry counts as passed and is listed as such.
+	flakeAttempts = 2
 )
 
 func nodeCommand(args []string) error {
@@ -200,6 +206,7 @@ func runCritest(ctx context.Context, h *harness.Harness, critest, focus, dir str
 		"-nri-socket", h.NRISocket,
 		"-ginkgo.skip", digestSpec,
 		"-ginkgo.timeout", critestTimeout.String(),
+		"-ginkgo.flake-attempts", strconv.Itoa(flakeAttempts),
 		"-ginkgo.no-color",
 		"-ginkgo.json-report", filepath.Join(dir, reportFile),
 	}

@@ -13,8 +13,9 @@ import (
 
 // outcome is one spec's result in one configuration.
 type outcome struct {
-	state   string // passed, failed or skipped
-	message string // first line of the failure or skip message
+	state    string // passed, failed or skipped
+	message  string // first line of the failure or skip message
+	attempts int    // runs of the spec: more than one when it failed and was retried
 }
 
 // result is one configuration's run.
@@ -49,6 +50,7 @@ type ginkgoReport struct {
 		LeafNodeText            string
 		LeafNodeType            string
 		State                   string
+		NumAttempts             int
 		Failure                 *struct{ Message string }
 	}
 }
@@ -77,7 +79,7 @@ func readReport(path string) (map[string]outcome, error) {
 				}
 				name = strings.TrimSpace("[" + s.LeafNodeType + "] " + name)
 			}
-			o := outcome{state: "failed"}
+			o := outcome{state: "failed", attempts: s.NumAttempts}
 			switch s.State {
 			case "passed":
 				o.state = "passed"
@@ -128,15 +130,20 @@ type comparison struct {
 	// timingDependent specs passed in some configurations and hit a spec discrepancy in the others.
 	timingDependent []string
 	failed          []string // failed in every configuration that ran, sorted
-	skipped         []string // skipped in every configuration that ran, sorted
+	// retried lists the specs that passed only on a retry, with their configuration, sorted.
+	retried []string
+	skipped []string // skipped in every configuration that ran, sorted
 }
 
 func compare(results []*result) comparison {
 	c := comparison{results: results}
 	names := map[string]bool{}
 	for _, r := range results {
-		for name := range r.specs {
+		for name, o := range r.specs {
 			names[name] = true
+			if o.state == "passed" && o.attempts > 1 {
+				c.retried = append(c.retried, fmt.Sprintf("%s\n    %s: passed on attempt %d", name, r.config.name, o.attempts))
+			}
 		}
 	}
 	for name := range names {
@@ -164,6 +171,7 @@ func compare(results []*result) comparison {
 	slices.Sort(c.timingDependent)
 	slices.Sort(c.failed)
 	slices.Sort(c.skipped)
+	slices.Sort(c.retried)
 	return c
 }
 
@@ -208,6 +216,12 @@ func (c comparison) print(w io.Writer) {
 		fmt.Fprintf(w, "\n%d spec(s) passed or hit critest's %q by chance (a race critest probes; not a difference):\n",
 			len(c.timingDependent), discrepancyPrefix)
 		c.printOutcomes(w, c.timingDependent)
+	}
+	if len(c.retried) > 0 {
+		fmt.Fprintf(w, "\nPassed only on a retry (critest runs a failing spec up to %d times; counted as passed):\n", flakeAttempts)
+		for _, line := range c.retried {
+			fmt.Fprintf(w, "  %s\n", line)
+		}
 	}
 	if len(c.failed) > 0 {
 		fmt.Fprintf(w, "\nFailed in every configuration (%d):\n", len(c.failed))

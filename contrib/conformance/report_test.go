@@ -41,12 +41,12 @@ func TestReadReportMapsGinkgoStates(t *testing.T) {
 	}
 	prefix := "[k8s.io] Networking runtime should support networking "
 	want := map[string]outcome{
-		"a": {"passed", ""},
-		"b": {"failed", "boom more detail"},
-		"c": {"failed", "slow more detail"},
-		"d": {"skipped", "AppArmor is disabled on this host more detail"},
-		"e": {"skipped", "not selected (-ginkgo.skip or -ginkgo.focus)"},
-		"f": {"skipped", "not selected (-ginkgo.skip or -ginkgo.focus)"},
+		"a": {state: "passed", message: ""},
+		"b": {state: "failed", message: "boom more detail"},
+		"c": {state: "failed", message: "slow more detail"},
+		"d": {state: "skipped", message: "AppArmor is disabled on this host more detail"},
+		"e": {state: "skipped", message: "not selected (-ginkgo.skip or -ginkgo.focus)"},
+		"f": {state: "skipped", message: "not selected (-ginkgo.skip or -ginkgo.focus)"},
 	}
 	if len(specs) != len(want) {
 		t.Errorf("got %d specs, want %d (the passed BeforeSuite is no spec): %v", len(specs), len(want), specs)
@@ -144,13 +144,13 @@ func TestCompareSetsApartSpecDiscrepancyRaces(t *testing.T) {
 	rs := results(map[string]string{"sync": "passed", "lost": "skipped"},
 		map[string]string{"sync": "skipped", "lost": "skipped"},
 		map[string]string{"sync": "passed", "lost": "passed"})
-	rs[1].specs["sync"] = outcome{"skipped", "spec discrepancy: containerd loses containers created while ..."}
+	rs[1].specs["sync"] = outcome{state: "skipped", message: "spec discrepancy: containerd loses containers created while ..."}
 	for _, r := range rs[:2] {
-		r.specs["lost"] = outcome{"skipped", "spec discrepancy: containerd lost 5 container(s)"}
+		r.specs["lost"] = outcome{state: "skipped", message: "spec discrepancy: containerd lost 5 container(s)"}
 	}
-	rs[2].specs["other"] = outcome{"passed", ""}
-	rs[0].specs["other"] = outcome{"skipped", "AppArmor is disabled on this host"}
-	rs[1].specs["other"] = outcome{"skipped", "AppArmor is disabled on this host"}
+	rs[2].specs["other"] = outcome{state: "passed", message: ""}
+	rs[0].specs["other"] = outcome{state: "skipped", message: "AppArmor is disabled on this host"}
+	rs[1].specs["other"] = outcome{state: "skipped", message: "AppArmor is disabled on this host"}
 	c := compare(rs)
 	if got := strings.Join(c.timingDependent, ","); got != "lost,sync" {
 		t.Errorf("timing-dependent = %q, want lost,sync", got)
@@ -162,6 +162,21 @@ func TestCompareSetsApartSpecDiscrepancyRaces(t *testing.T) {
 	c.print(&out)
 	if !strings.Contains(out.String(), "2 spec(s) passed or hit critest's \"spec discrepancy:\" by chance") {
 		t.Errorf("printed comparison does not set the races apart:\n%s", out.String())
+	}
+}
+
+func TestCompareListsSpecsPassedOnARetry(t *testing.T) {
+	same := map[string]string{"a": "passed"}
+	rs := results(same, same, same)
+	rs[0].specs["a"] = outcome{state: "passed", attempts: 2}
+	c := compare(rs)
+	if err := c.verdict(); err != nil {
+		t.Errorf("a spec passed on a retry: verdict %v, want nil", err)
+	}
+	var out bytes.Buffer
+	c.print(&out)
+	if want := "  a\n    upstream-cni: passed on attempt 2\n"; !strings.Contains(out.String(), want) {
+		t.Errorf("printed comparison lacks %q:\n%s", want, out.String())
 	}
 }
 
