@@ -1,7 +1,6 @@
 package main
 
 import (
-	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -18,6 +17,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/knext-dev/knext/internal/netnstest"
 )
 
 // These tests change the host: they create network namespaces, a bridge with a random name
@@ -30,20 +31,11 @@ func requireRoot(t testing.TB) {
 	}
 }
 
-func randomHex(t testing.TB, n int) string {
-	t.Helper()
-	b := make([]byte, (n+1)/2)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)[:n]
-}
-
 // freeNetworkDoc returns a configuration with a fresh bridge name and random subnets that
 // overlap nothing on the host (the plugin's own host check decides), and its settings.
 func freeNetworkDoc(t testing.TB) (string, *settings) {
 	t.Helper()
-	bridge := "nbt" + randomHex(t, 8)
+	bridge := "nbt" + netnstest.RandomHex(t, 8)
 	t.Cleanup(func() {
 		if link, err := netlink.LinkByName(bridge); err == nil {
 			netlink.LinkDel(link)
@@ -53,7 +45,7 @@ func freeNetworkDoc(t testing.TB) (string, *settings) {
 		}
 	})
 	for range 20 {
-		r := randomHex(t, 8)
+		r := netnstest.RandomHex(t, 8)
 		b, _ := hex.DecodeString(r[:4])
 		doc := fmt.Sprintf(`{bridge: %s, mtu: 1400, stateDir: %q, ipv4: {subnet: 10.%d.%d.0/24}, ipv6: {subnet: "fd%s:%s::/64"}}`,
 			bridge, t.TempDir(), 200+int(b[0])%50, b[1], r[4:6], r[:4])
@@ -105,12 +97,12 @@ func newNetns(t testing.TB, id string) (*api.PodSandbox, string) {
 // lives in it.
 func addNetns(t testing.TB, id string) (*api.PodSandbox, string) {
 	t.Helper()
-	name := "nbt-" + randomHex(t, 10)
+	name := "nbt-" + netnstest.RandomHex(t, 10)
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add: %v: %s", err, out)
 	}
 	// Random sandbox IDs keep host veth names apart from concurrent test runs.
-	pod := testPod(id + "-" + randomHex(t, 12))
+	pod := testPod(id + "-" + netnstest.RandomHex(t, 12))
 	pod.Linux.Namespaces[1].Path = "/run/netns/" + name
 	return pod, name
 }
@@ -396,7 +388,7 @@ func TestNetnsSetupFailureLeaksNothing(t *testing.T) {
 	}
 
 	// A netns path that does not exist fails cleanly too.
-	missing := testPod("m-" + randomHex(t, 12))
+	missing := testPod("m-" + netnstest.RandomHex(t, 12))
 	missing.Linux.Namespaces[1].Path = "/run/netns/nbt-does-not-exist"
 	if link, err := netlink.LinkByName(s.bridge); err == nil {
 		netlink.LinkDel(link)

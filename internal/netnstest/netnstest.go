@@ -151,13 +151,13 @@ func NewPeer(t testing.TB) *Peer {
 	}
 	p := &Peer{Host4: net4.Addr().Next(), Host6: net6.Addr().Next()}
 	p.Peer4, p.Peer6 = p.Host4.Next(), p.Host6.Next()
-	name := "nbt-" + randomHex(t, 10)
+	name := "nbt-" + RandomHex(t, 10)
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
 	}
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
 	p.NetNSPath = "/run/netns/" + name
-	p.Link = "nbp" + randomHex(t, 12)
+	p.Link = "nbp" + RandomHex(t, 12)
 	if err := p.link(net4.Bits(), net6.Bits()); err != nil {
 		t.Fatalf("linking network namespace %s to the host: %v", name, err)
 	}
@@ -262,7 +262,8 @@ func Port(t testing.TB) int32 {
 	return 20000 + int32(binary.BigEndian.Uint16(b)%20000)
 }
 
-func randomHex(t testing.TB, n int) string {
+// RandomHex returns n random hex digits, for names (bridges, veths, netns) unique among tests.
+func RandomHex(t testing.TB, n int) string {
 	t.Helper()
 	b := make([]byte, (n+1)/2)
 	if _, err := rand.Read(b); err != nil {

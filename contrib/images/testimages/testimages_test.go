@@ -14,6 +14,22 @@ import (
 )
 
 // readTar returns the regular files and symlink targets of a tar stream.
+// readArchive returns an image archive's files, its index and the manifest of its first image.
+func readArchive(t *testing.T, data []byte) (files map[string][]byte, index ocispec.Index, manifest ocispec.Manifest) {
+	t.Helper()
+	files, _ = readTar(t, data)
+	if err := json.Unmarshal(files[ocispec.ImageIndexFile], &index); err != nil {
+		t.Fatalf("index.json: %v", err)
+	}
+	if len(index.Manifests) == 0 {
+		t.Fatal("index.json lists no image")
+	}
+	if err := json.Unmarshal(files["blobs/sha256/"+index.Manifests[0].Digest.Encoded()], &manifest); err != nil {
+		t.Fatalf("manifest: %v", err)
+	}
+	return files, index, manifest
+}
+
 func readTar(t *testing.T, data []byte) (files map[string][]byte, links map[string]string) {
 	t.Helper()
 	files, links = map[string][]byte{}, map[string]string{}
@@ -54,21 +70,13 @@ func TestPauseArchiveIsDeterministicAndNamed(t *testing.T) {
 		t.Fatal("two pause archives of the same binary differ")
 	}
 
-	files, _ := readTar(t, first.Bytes())
-	var index ocispec.Index
-	if err := json.Unmarshal(files[ocispec.ImageIndexFile], &index); err != nil {
-		t.Fatalf("index.json: %v", err)
-	}
+	files, index, manifest := readArchive(t, first.Bytes())
 	if len(index.Manifests) != 1 {
 		t.Fatalf("index has %d manifests, want 1", len(index.Manifests))
 	}
 	annotations := index.Manifests[0].Annotations
 	if annotations["io.containerd.image.name"] != PauseImage || annotations[ocispec.AnnotationRefName] != "3.10" {
 		t.Errorf("manifest annotations %v, want name %s and ref 3.10", annotations, PauseImage)
-	}
-	var manifest ocispec.Manifest
-	if err := json.Unmarshal(files["blobs/sha256/"+index.Manifests[0].Digest.Encoded()], &manifest); err != nil {
-		t.Fatalf("manifest: %v", err)
 	}
 	layerFiles, _ := readTar(t, files["blobs/sha256/"+manifest.Layers[0].Digest.Encoded()])
 	if string(layerFiles["pause"]) != "not really an executable" {
@@ -85,15 +93,7 @@ func TestBusyboxArchiveHasApplets(t *testing.T) {
 	if err := WriteBusybox(&archive, busybox); err != nil {
 		t.Fatal(err)
 	}
-	files, _ := readTar(t, archive.Bytes())
-	var index ocispec.Index
-	if err := json.Unmarshal(files[ocispec.ImageIndexFile], &index); err != nil {
-		t.Fatal(err)
-	}
-	var manifest ocispec.Manifest
-	if err := json.Unmarshal(files["blobs/sha256/"+index.Manifests[0].Digest.Encoded()], &manifest); err != nil {
-		t.Fatal(err)
-	}
+	files, _, manifest := readArchive(t, archive.Bytes())
 	_, links := readTar(t, files["blobs/sha256/"+manifest.Layers[0].Digest.Encoded()])
 	for _, applet := range []string{"bin/sh", "bin/sleep", "sbin/ip"} {
 		if links[applet] != "/bin/busybox" {
@@ -127,15 +127,7 @@ func TestNRIBridgeArchiveRunsTheBinary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, _ := readTar(t, data)
-	var index ocispec.Index
-	if err := json.Unmarshal(files[ocispec.ImageIndexFile], &index); err != nil {
-		t.Fatal(err)
-	}
-	var manifest ocispec.Manifest
-	if err := json.Unmarshal(files["blobs/sha256/"+index.Manifests[0].Digest.Encoded()], &manifest); err != nil {
-		t.Fatal(err)
-	}
+	files, _, manifest := readArchive(t, data)
 	var config ocispec.Image
 	if err := json.Unmarshal(files["blobs/sha256/"+manifest.Config.Digest.Encoded()], &config); err != nil {
 		t.Fatal(err)
@@ -169,11 +161,7 @@ func TestArchiveSharesBlobsAndOrdersHardLinks(t *testing.T) {
 	if err := WriteArchive(&archive, images...); err != nil {
 		t.Fatal(err)
 	}
-	files, _ := readTar(t, archive.Bytes())
-	var index ocispec.Index
-	if err := json.Unmarshal(files[ocispec.ImageIndexFile], &index); err != nil {
-		t.Fatal(err)
-	}
+	files, index, _ := readArchive(t, archive.Bytes())
 	var names []string
 	for _, m := range index.Manifests {
 		names = append(names, m.Annotations["io.containerd.image.name"])
