@@ -27,26 +27,23 @@ var lifecycleWidths = []int{1, 8}
 // exposes about where the time goes: containerd's NRI plugin latencies, nri-bridge's own timings.
 func (in *instance) measureLifecycle(ctx context.Context, width, round int) (LifecycleSample, error) {
 	n := in.s.LifecyclePods
-	sample := LifecycleSample{Concurrency: width, Pods: n, RunMs: make([]float64, n), StopRemoveMs: make([]float64, n)}
-	ids := make([]string, n)
+	sample := LifecycleSample{Concurrency: width, Pods: n}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("life-r%d-c%d-%03d", round, width, i)
+	}
 	before, err := in.lifecycleProbes(ctx)
 	if err != nil {
 		return sample, err
 	}
 
+	if err := in.settle(ctx, fmt.Sprintf("lifecycle c%d run", width)); err != nil {
+		return sample, err
+	}
 	profiled := in.profilePhase(ctx, round, width, "run")
 	start := time.Now()
-	runErr := forEach(n, width, func(i int) error {
-		config := in.h.PodConfig(fmt.Sprintf("life-r%d-c%d-%03d", round, width, i))
-		t := time.Now()
-		resp, err := in.h.Runtime.RunPodSandbox(ctx, &criruntime.RunPodSandboxRequest{Config: config})
-		if err != nil {
-			return fmt.Errorf("run pod %s: %w", config.Metadata.Name, err)
-		}
-		sample.RunMs[i] = ms(time.Since(t))
-		ids[i] = resp.PodSandboxId
-		return nil
-	})
+	ids, runMs, runErr := in.startPods(ctx, names, width)
+	sample.RunMs = runMs
 	sample.RunSeconds = time.Since(start).Seconds()
 	runErr = errors.Join(runErr, profiled())
 	afterRun, err := in.lifecycleProbes(ctx)
@@ -56,22 +53,14 @@ func (in *instance) measureLifecycle(ctx context.Context, width, round int) (Lif
 		// measured pod is a working pod of this configuration's network.
 		runErr = forEach(n, stormWidth, func(i int) error { return in.checkPod(ctx, ids[i], false, nil) })
 	}
+	runErr = errors.Join(runErr, in.settle(ctx, fmt.Sprintf("lifecycle c%d stop+remove", width)))
 	beforeRemove, err := in.lifecycleProbes(ctx)
 	runErr = errors.Join(runErr, err)
 
 	profiled = in.profilePhase(ctx, round, width, "stop-remove")
 	start = time.Now()
-	removeErr := forEach(n, width, func(i int) error {
-		if ids[i] == "" {
-			return nil
-		}
-		t := time.Now()
-		if err := in.h.RemovePod(ctx, ids[i]); err != nil {
-			return err
-		}
-		sample.StopRemoveMs[i] = ms(time.Since(t))
-		return nil
-	})
+	stopRemoveMs, removeErr := in.removePods(ctx, ids, width)
+	sample.StopRemoveMs = stopRemoveMs
 	sample.StopRemoveSeconds = time.Since(start).Seconds()
 	if err := errors.Join(runErr, removeErr, profiled()); err != nil {
 		return sample, err
@@ -86,6 +75,42 @@ func (in *instance) measureLifecycle(ctx context.Context, width, round int) (Lif
 	log.Printf("bench:   lifecycle c%d: RunPodSandbox p50 %.1f ms p99 %.1f ms; Stop+Remove p50 %.1f ms p99 %.1f ms (%d pods)",
 		width, sample.RunP50Ms, sample.RunP99Ms, sample.StopRemoveP50Ms, sample.StopRemoveP99Ms, n)
 	return sample, nil
+}
+
+// startPods starts a pod of each name, width at a time, and returns their IDs ("" for a pod that
+// did not start) and the time of each RunPodSandbox in ms.
+func (in *instance) startPods(ctx context.Context, names []string, width int) (ids []string, runMs []float64, err error) {
+	ids, runMs = make([]string, len(names)), make([]float64, len(names))
+	err = forEach(len(names), width, func(i int) error {
+		config := in.h.PodConfig(names[i])
+		t := time.Now()
+		resp, err := in.h.Runtime.RunPodSandbox(ctx, &criruntime.RunPodSandboxRequest{Config: config})
+		if err != nil {
+			return fmt.Errorf("run pod %s: %w", names[i], err)
+		}
+		runMs[i] = ms(time.Since(t))
+		ids[i] = resp.PodSandboxId
+		return nil
+	})
+	return ids, runMs, err
+}
+
+// removePods stops and removes the pods ("" IDs are skipped), width at a time, and returns the
+// time of each StopPodSandbox + RemovePodSandbox in ms.
+func (in *instance) removePods(ctx context.Context, ids []string, width int) ([]float64, error) {
+	stopRemoveMs := make([]float64, len(ids))
+	err := forEach(len(ids), width, func(i int) error {
+		if ids[i] == "" {
+			return nil
+		}
+		t := time.Now()
+		if err := in.h.RemovePod(ctx, ids[i]); err != nil {
+			return err
+		}
+		stopRemoveMs[i] = ms(time.Since(t))
+		return nil
+	})
+	return stopRemoveMs, err
 }
 
 // lifecyclePhaseProfile is how long the daemon's CPU profile of a lifecycle phase runs (-profile),
@@ -289,6 +314,9 @@ func (in *instance) measureCNITrace(ctx context.Context, round int) (_ *CNITrace
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, in.cni.trace(false)) }()
+	if err := in.settle(ctx, "CNI trace"); err != nil {
+		return nil, err
+	}
 	n := in.s.CNITracePods
 	var runMs, removeMs []float64
 	for i := range n {

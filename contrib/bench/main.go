@@ -18,18 +18,23 @@
 //	h  knext CNI-less with one status plugin as the pod network: it answers an IP and wires
 //	   nothing, so what containerd itself spends on a CNI-less pod shows apart from nri-bridge's
 //	i  (only with -configs ...,i) g with the nri-bridge binary of -baseline-nri-bridge
+//	u  upstream again, an instance of its own: the A/A check that sizes what this machine
+//	   varies between two instances of the same build (its ratios to a are noise only)
 //
 // -benchmarks selects the parts:
 //
-//   - status (a-f): PodSandboxStatus latency (p50, p99) and throughput over the CRI socket at
+//   - status (a-f, u): PodSandboxStatus latency (p50, p99) and throughput over the CRI socket at
 //     concurrency 1 and 16, verbose off and on, and the plugin calls per PodSandboxStatus; with
 //     status plugins, the plugin calls caused by internal callers (CRI container events) and by
 //     bursts of concurrent queries for one pod; for a and e, RunPodSandbox latency during a
 //     16-way status storm; for c, a no-op ttrpc round trip to its plugin process (package ping).
-//   - lifecycle (a, b, g, h, i): RunPodSandbox, then StopPodSandbox + RemovePodSandbox, of
+//   - lifecycle (a, b, g, h, i, u): RunPodSandbox, then StopPodSandbox + RemovePodSandbox, of
 //     -lifecycle-pods new pods at concurrency 1 and 8, with where the time goes: NRI plugin
 //     latencies (containerd's metrics), nri-bridge's steps (its log), CNI plugin executions
 //     (a traced pass through contrib/bench/cnitrace).
+//   - paired (b, g and u against a, in every round after the configurations): both daemons run
+//     at once and the lifecycle (and for b and u the status) measurement alternates between them
+//     (paired.go), so that the machine's drift over minutes, which the rounds see, cancels out.
 //   - scale (a, c, g, after the rounds, on instances of their own with -scale-pods pods):
 //     a status sweep of every pod, a daemon restart until every pod answers again, and the bytes
 //     persisted per pod.
@@ -77,6 +82,9 @@ type configuration struct {
 	CNILess bool `json:"cniLess"`
 	// BaselineBridge runs the nri-bridge binary of -baseline-nri-bridge instead of -nri-bridge.
 	BaselineBridge bool `json:"baselineBridge,omitempty"`
+	// Paired is measured against (a) with both daemons running, alternating (paired.go): its
+	// pod lifecycle, and PodSandboxStatus if Status.
+	Paired bool `json:"paired,omitempty"`
 }
 
 // bridged tells whether nri-bridge is the configuration's pod network.
@@ -95,7 +103,7 @@ func configurations(slowDelay time.Duration) []configuration {
 	return []configuration{
 		{Key: "a", Description: "upstream containerd (pristine module), NRI enabled, CNI", Upstream: true,
 			Status: true, Storm: true, Lifecycle: true},
-		{Key: "b", Description: "knext, NRI enabled, no NRI plugin, CNI", Status: true, Lifecycle: true},
+		{Key: "b", Description: "knext, NRI enabled, no NRI plugin, CNI", Status: true, Lifecycle: true, Paired: true},
 		{Key: "c", Description: "knext + 1 status plugin answering from memory", Plugins: []statusPlugin{fast(1, true)},
 			Status: true, Ping: true},
 		{Key: "d", Description: "knext + 3 status plugins answering from memory",
@@ -106,11 +114,15 @@ func configurations(slowDelay time.Duration) []configuration {
 		// CPU contention that three fast plugins cause on a small machine.
 		{Key: "f", Description: fmt.Sprintf("knext + 3 status plugins taking %s per answer", slowDelay),
 			Plugins: []statusPlugin{slow(1, true), slow(2, false), slow(3, false)}, Status: true},
-		{Key: "g", Description: "knext CNI-less (disable_cni) + nri-bridge", Lifecycle: true, CNILess: true},
+		{Key: "g", Description: "knext CNI-less (disable_cni) + nri-bridge", Lifecycle: true, CNILess: true, Paired: true},
 		// Not in the issue: (g) without nri-bridge's work. What containerd itself spends on a
 		// CNI-less pod (NRI hooks, the seed status query) shows apart from the plugin's.
 		{Key: "h", Description: "knext CNI-less + 1 status plugin as the pod network (answers an IP, wires nothing)",
 			Plugins: []statusPlugin{fast(1, true)}, Lifecycle: true, CNILess: true},
+		// Not in the issue: a second upstream instance. Its ratios to (a) show how far two
+		// identical daemons drift apart on this machine, the yardstick for (b)'s 1.02.
+		{Key: "u", Description: "upstream containerd again, an instance of its own (A/A: noise of the machine)", Upstream: true,
+			Status: true, Lifecycle: true, Paired: true},
 		// Opt-in: (g) with another build of nri-bridge, e.g. an older one, in the same rounds.
 		{Key: "i", Description: "knext CNI-less + the nri-bridge of -baseline-nri-bridge", Lifecycle: true, CNILess: true,
 			BaselineBridge: true},
@@ -122,6 +134,8 @@ type benchmarks struct {
 	Status    bool `json:"status"`    // PodSandboxStatus (issue 6), with the raw round trip (issue 12)
 	Lifecycle bool `json:"lifecycle"` // pod starts and removals (issue 12)
 	Scale     bool `json:"scale"`     // restart and status sweep with many pods (issue 12)
+	// Paired measures b, g and u against a with both daemons running.
+	Paired bool `json:"paired"`
 }
 
 func parseBenchmarks(list string) (benchmarks, error) {
@@ -134,16 +148,24 @@ func parseBenchmarks(list string) (benchmarks, error) {
 			b.Lifecycle = true
 		case "scale":
 			b.Scale = true
+		case "paired":
+			b.Paired = true
 		default:
-			return b, fmt.Errorf("-benchmarks: unknown benchmark %q (known: status, lifecycle, scale)", name)
+			return b, fmt.Errorf("-benchmarks: unknown benchmark %q (known: status, lifecycle, paired, scale)", name)
 		}
 	}
 	return b, nil
 }
 
-// measures tells whether configuration c has anything to measure in the selected rounds.
-func (b benchmarks) measures(c configuration) bool {
+// measuresAlone tells whether configuration c is measured on its own in the selected rounds.
+func (b benchmarks) measuresAlone(c configuration) bool {
 	return (b.Status && c.Status) || (b.Lifecycle && c.Lifecycle)
+}
+
+// measures tells whether configuration c has anything to measure in the selected rounds: on its
+// own, or paired (a is the other side of every pair).
+func (b benchmarks) measures(c configuration) bool {
+	return b.measuresAlone(c) || (b.Paired && (c.Paired || c.Key == "a"))
 }
 
 // settings are the command line.
@@ -183,7 +205,7 @@ func main() {
 	flag.IntVar(&s.StormPods, "storm-pods", 10, "pods created (one at a time) during each status storm")
 	flag.IntVar(&s.Bursts, "bursts", 20, "bursts of 16 concurrent queries for one pod")
 	flag.DurationVar(&s.SlowDelay, "slow-delay", 50*time.Millisecond, "answer time of the slow plugin of configuration e")
-	flag.StringVar(&s.Configs, "configs", "a,b,c,d,e,g,h", "configurations to run, comma-separated: a (the baseline of every ratio) to e, g, h, and the opt-in f and i")
+	flag.StringVar(&s.Configs, "configs", "a,b,c,d,e,g,h,u", "configurations to run, comma-separated: a (the baseline of every ratio) to e, g, h, u, and the opt-in f and i")
 	flag.StringVar(&s.Upstream, "upstream", binaryIn("KNEXT_UPSTREAM_BIN_DIR", "containerd"),
 		"upstream containerd binary (make upstream; default from $KNEXT_UPSTREAM_BIN_DIR); its shim must be next to it")
 	flag.StringVar(&s.Knext, "knext", binaryIn("KNEXT_BIN_DIR", "containerd"),
@@ -193,7 +215,7 @@ func main() {
 	flag.StringVar(&s.BaseBridge, "baseline-nri-bridge", "", "another nri-bridge binary, for the opt-in configuration i")
 	flag.StringVar(&s.CNITrace, "cnitrace", "", "CNI plugin timing wrapper (contrib/bench/cnitrace); without it, no CNI breakdown")
 	flag.StringVar(&s.CNIBinDir, "cni-bin-dir", "/usr/lib/cni", "the real CNI plugins (bridge, host-local, loopback, portmap)")
-	flag.StringVar(&s.Benchmarks, "benchmarks", "status,lifecycle,scale", "parts to run, comma-separated: status, lifecycle, scale")
+	flag.StringVar(&s.Benchmarks, "benchmarks", "status,lifecycle,paired,scale", "parts to run, comma-separated: status, lifecycle, paired, scale")
 	flag.IntVar(&s.LifecyclePods, "lifecycle-pods", 30, "pods started and removed per configuration, round and concurrency")
 	flag.IntVar(&s.CNITracePods, "cni-trace-pods", 10, "pods of the traced CNI pass per round of a and b (0: none)")
 	flag.IntVar(&s.ScalePods, "scale-pods", 200, "pods of each configuration in the scale measurements")
@@ -268,11 +290,28 @@ func runRounds(ctx context.Context, s settings, configs []configuration, report 
 	}
 	for r := range s.Repeats {
 		for _, in := range rotate(instances, r) {
+			if !s.Selected.measuresAlone(in.c) {
+				continue
+			}
 			run, err := in.run(ctx, r+1)
 			if err != nil {
 				return fmt.Errorf("configuration %s, round %d: %w", in.c.Key, r+1, err)
 			}
 			report.add(run)
+		}
+		if !s.Selected.Paired {
+			continue
+		}
+		for _, in := range rotate(instances, r) {
+			if !in.c.Paired {
+				continue
+			}
+			// instances[0] is a: the configurations are in canonical order, a first and measured.
+			paired, err := runPaired(ctx, instances[0], in, r+1)
+			if err != nil {
+				return fmt.Errorf("configuration %s paired with a, round %d: %w", in.c.Key, r+1, err)
+			}
+			report.Paired = append(report.Paired, paired)
 		}
 	}
 	return nil
@@ -347,7 +386,7 @@ func selectConfigurations(all []configuration, list string) ([]configuration, er
 		}
 	}
 	for key := range wanted {
-		return nil, fmt.Errorf("-configs: unknown configuration %q (known: a to i)", key)
+		return nil, fmt.Errorf("-configs: unknown configuration %q (known: a to i, u)", key)
 	}
 	if len(selected) == 0 || selected[0].Key != "a" {
 		return nil, errors.New("-configs must include a: every ratio is to upstream")

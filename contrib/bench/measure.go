@@ -62,6 +62,8 @@ type instance struct {
 	// metricsAddress is the daemon's metrics endpoint (host:port), where NRI's plugin latencies are.
 	metricsAddress string
 	cni            *cniBinDir // nil for CNI-less configurations
+	// quietWaits are the waits for a quiet machine of the current run (settle).
+	quietWaits []QuietWait
 }
 
 // newInstance starts configuration c's instance on its daemon binary, runs pods pods, and stops
@@ -180,6 +182,8 @@ func forEach(n, width int, fn func(i int) error) error {
 func (in *instance) run(ctx context.Context, round int) (_ *Run, err error) {
 	log.Printf("bench: round %d, configuration %s: %s", round, in.c.Key, in.c.Description)
 	run := &Run{Config: in.c.Key, Round: round, Load: loadAverage()}
+	in.quietWaits = nil
+	defer func() { run.QuietWaits = in.quietWaits }()
 	start := time.Now()
 	if err := in.h.Start(ctx); err != nil {
 		return nil, err
@@ -287,6 +291,9 @@ func (in *instance) measurePing(ctx context.Context, p *runningPlugin, width int
 		if err := client.Ping(ctx); err != nil {
 			return PingSample{}, err
 		}
+	}
+	if err := in.settle(ctx, fmt.Sprintf("round trip c%d", width)); err != nil {
+		return PingSample{}, err
 	}
 	latencies := make([][]time.Duration, width)
 	errs := make([]error, width)
@@ -488,6 +495,9 @@ func (l *statusLoad) errorText() string {
 // measureStatus runs variant v for the configured duration (and captures the daemon's CPU profile
 // meanwhile, with -profile).
 func (in *instance) measureStatus(ctx context.Context, v variant, round int, plugins []*runningPlugin) (StatusSample, error) {
+	if err := in.settle(ctx, "status "+v.String()); err != nil {
+		return StatusSample{}, err
+	}
 	before, err := statusCalls(ctx, plugins)
 	if err != nil {
 		return StatusSample{}, err

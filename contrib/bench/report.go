@@ -71,6 +71,8 @@ type Run struct {
 	Storm        *StormSample      `json:"storm,omitempty"`
 	Lifecycle    []LifecycleSample `json:"lifecycle,omitempty"`
 	CNI          *CNITrace         `json:"cni,omitempty"`
+	// QuietWaits are the waits for a quiet machine before each timed phase.
+	QuietWaits []QuietWait `json:"quietWaits"`
 }
 
 // PingSample is the raw ttrpc round trip to a status plugin process (package ping).
@@ -226,6 +228,8 @@ type report struct {
 	Scale                 []ScaleSample      `json:"scale"`
 	ScaleSummaries        []ScaleSummary     `json:"scaleSummaries"`
 	Persisted             []PersistedBytes   `json:"persistedPerPod"`
+	Paired                []*PairedRun       `json:"paired"`
+	PairedSummaries       []PairedSummary    `json:"pairedSummaries"`
 	Targets               []Target           `json:"targets"`
 }
 
@@ -275,6 +279,10 @@ func (r *report) finish() {
 		}
 		r.Steps = r.lifecycleSteps()
 		r.Targets = append(r.Targets, r.lifecycleTargets()...)
+	}
+	if sel.Paired {
+		r.PairedSummaries = r.pairedSummaries()
+		r.Targets = append(r.Targets, r.pairedTargets()...)
 	}
 	r.ScaleSummaries = r.scaleSummaries()
 }
@@ -393,6 +401,16 @@ func judge(t Target, measured []float64, missing ...string) Target {
 	return t
 }
 
+// aaNote gives, for a target that compares a configuration with (a), the A/A ratios of the same
+// metric: (u), a second upstream instance, to (a). "" when (u) did not run.
+func (r *report) aaNote(metric func(*Run) (float64, bool)) string {
+	aa := spread(pairedRatios(r.perRound("u", metric), r.perRound("a", metric)))
+	if aa == nil {
+		return ""
+	}
+	return fmt.Sprintf("A/A, (u) / (a): median %.3g [%.3g..%.3g]", aa.Median, aa.Min, aa.Max)
+}
+
 func (r *report) absent(keys ...string) []string {
 	var absent []string
 	for _, key := range keys {
@@ -407,6 +425,9 @@ func (r *report) targets() []Target {
 	var targets []Target
 	ratio := func(num, den string, limit float64, v variant) Target {
 		t := Target{Name: fmt.Sprintf("(%s) PodSandboxStatus p50 <= %.2f x (%s), %s", num, limit, den, v), Limit: limit, Judged: "median"}
+		if den == "a" {
+			t.Note = r.aaNote(statusMetric(v, p50))
+		}
 		return judge(t, pairedRatios(r.perRound(num, statusMetric(v, p50)), r.perRound(den, statusMetric(v, p50))), r.absent(num, den)...)
 	}
 	for _, pair := range []struct {
@@ -541,11 +562,13 @@ func (r *report) printTable(out io.Writer) {
 	fmt.Fprintf(out, "\nrunning pods: %d; rounds: %d, configurations alternating in a rotating order; "+
 		"each PodSandboxStatus measurement: %s.\n", s.Pods, s.Repeats, s.Duration)
 	fmt.Fprintln(out, "Cells: median [min..max] over the rounds; ratios are per-round ratios to (a), same statistics.")
+	r.printQuietWaits(out)
 	if s.Selected.Status {
 		r.printStatus(out)
 		r.printOverhead(out)
 	}
 	r.printLifecycle(out)
+	r.printPaired(out)
 	r.printScale(out)
 	for _, issue := range []int{6, 12} {
 		printed := false
@@ -568,6 +591,37 @@ func (r *report) printTable(out io.Writer) {
 			fmt.Fprintln(out, line)
 		}
 	}
+}
+
+// printQuietWaits says how long the timed phases waited for a quiet machine, and which of them
+// started on a busy one.
+func (r *report) printQuietWaits(out io.Writer) {
+	var waits []float64
+	var busy []string
+	add := func(config string, round int, quietWaits []QuietWait) {
+		for _, w := range quietWaits {
+			waits = append(waits, w.Seconds)
+			if !w.Quiet {
+				busy = append(busy, fmt.Sprintf("(%s) round %d %s at %.0f%%", config, round, w.Phase, 100*w.Busy))
+			}
+		}
+	}
+	for _, run := range r.Runs {
+		add(run.Config, run.Round, run.QuietWaits)
+	}
+	for _, run := range r.Paired {
+		add(run.Config, run.Round, run.QuietWaits)
+	}
+	if len(waits) == 0 {
+		return
+	}
+	fmt.Fprintf(out, "Before each of the %d timed phases, a wait for a quiet machine (under %.0f%% of the CPUs busy in %d windows of %s in a row): %s s",
+		len(waits), 100*quietBusy, quietWindows, quietWindow, cell(spread(waits), "%.2f"))
+	if len(busy) == 0 {
+		fmt.Fprintln(out, "; every phase started on a quiet machine.")
+		return
+	}
+	fmt.Fprintf(out, "; still busy after %s, measured anyway: %s.\n", quietLimit, strings.Join(busy, ", "))
 }
 
 func (r *report) printStatus(out io.Writer) {

@@ -217,9 +217,10 @@ func (r *report) lifecycleTargets() []Target {
 	}{{"b", 1.02}, {"g", 0.8}} {
 		for _, phase := range phases {
 			for _, width := range lifecycleWidths {
+				metric := lifecycleMetric(width, phase.field)
 				t := Target{Issue: 12, Name: fmt.Sprintf("(%s) %s p50 <= %.2f x (a), c%d", pair.key, phase.name, pair.limit, width),
-					Limit: pair.limit, Judged: "median"}
-				ratios := pairedRatios(r.perRound(pair.key, lifecycleMetric(width, phase.field)), r.perRound("a", lifecycleMetric(width, phase.field)))
+					Limit: pair.limit, Judged: "median", Note: r.aaNote(metric)}
+				ratios := pairedRatios(r.perRound(pair.key, metric), r.perRound("a", metric))
 				targets = append(targets, judge(t, ratios, r.absent(pair.key, "a")...))
 			}
 		}
@@ -237,7 +238,8 @@ func (r *report) statusTargets12() []Target {
 		targets = append(targets, judge(t, fraction, r.absent("a", "c")...))
 	}
 	for _, v := range variants {
-		t := Target{Issue: 12, Name: fmt.Sprintf("(b) PodSandboxStatus p50 <= 1.02 x (a), %s", v), Limit: 1.02, Judged: "median"}
+		t := Target{Issue: 12, Name: fmt.Sprintf("(b) PodSandboxStatus p50 <= 1.02 x (a), %s", v), Limit: 1.02, Judged: "median",
+			Note: r.aaNote(statusMetric(v, p50))}
 		targets = append(targets, judge(t, pairedRatios(r.perRound("b", statusMetric(v, p50)), r.perRound("a", statusMetric(v, p50))),
 			r.absent("a", "b")...))
 	}

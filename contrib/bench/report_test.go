@@ -174,3 +174,20 @@ func TestRotateStartsEachRoundElsewhere(t *testing.T) {
 		t.Errorf("rotate of no instances = %v", got)
 	}
 }
+
+func TestTargetsAgainstUpstreamCarryTheAAFigure(t *testing.T) {
+	r := &report{Configurations: configurations(50 * time.Millisecond), Settings: settings{SlowDelay: 50 * time.Millisecond}}
+	r.Runs = append(runs("a", 4, 4, 4), runs("b", 4, 5, 6)...)
+	name := "(b) PodSandboxStatus p50 <= 1.02 x (a), c1"
+	if got := target(t, r, name); got.Note != "" {
+		t.Errorf("without (u) runs, %s has note %q, want none", name, got.Note)
+	}
+	r.Runs = append(r.Runs, runs("u", 3, 5, 4)...)
+	got := target(t, r, name)
+	if want := "A/A, (u) / (a): median 1 [0.75..1.25]"; got.Note != want {
+		t.Errorf("%s has note %q, want %q", name, got.Note, want)
+	}
+	if got.Status != "missed" || got.Measured.Median != 1.25 {
+		t.Errorf("%s = %+v (measured %+v): the A/A figure must not change the judgement of (b)", name, got, got.Measured)
+	}
+}
