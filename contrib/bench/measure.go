@@ -254,12 +254,15 @@ func (in *instance) runStatus(ctx context.Context, round int, run *Run) (err err
 		}
 		run.Status = append(run.Status, sample)
 		if in.c.Ping && !v.Verbose {
-			// Right after the status measurement at the same concurrency, to the same process.
-			ping, err := in.measurePing(ctx, plugins[0], v.Concurrency)
-			if err != nil {
-				return err
+			// Right after the status measurement at the same concurrency, to the same process:
+			// plain (the floor), then over NRI's multiplexer (the transport's share).
+			for _, multiplexed := range []bool{false, true} {
+				ping, err := in.measurePing(ctx, plugins[0], v.Concurrency, multiplexed)
+				if err != nil {
+					return err
+				}
+				run.Ping = append(run.Ping, ping)
 			}
-			run.Ping = append(run.Ping, ping)
 		}
 	}
 	if len(plugins) > 0 {
@@ -280,9 +283,13 @@ func (in *instance) runStatus(ctx context.Context, round int, run *Run) (err err
 
 // measurePing makes no-op ttrpc calls to the status plugin p from width workers over one
 // connection for the configured duration: the bare round trip to the process that answers
-// containerd's status calls.
-func (in *instance) measurePing(ctx context.Context, p *runningPlugin, width int) (PingSample, error) {
-	client, err := ping.Dial(ctx, p.ping)
+// containerd's status calls, plain or over NRI's multiplexer.
+func (in *instance) measurePing(ctx context.Context, p *runningPlugin, width int, multiplexed bool) (PingSample, error) {
+	socket := p.ping
+	if multiplexed {
+		socket = p.multiplexedPing
+	}
+	client, err := ping.Dial(ctx, socket, multiplexed)
 	if err != nil {
 		return PingSample{}, err
 	}
@@ -292,7 +299,11 @@ func (in *instance) measurePing(ctx context.Context, p *runningPlugin, width int
 			return PingSample{}, err
 		}
 	}
-	if err := in.settle(ctx, fmt.Sprintf("round trip c%d", width)); err != nil {
+	transport := "ttrpc"
+	if multiplexed {
+		transport = "ttrpc over NRI's multiplexer"
+	}
+	if err := in.settle(ctx, fmt.Sprintf("%s round trip c%d", transport, width)); err != nil {
 		return PingSample{}, err
 	}
 	latencies := make([][]time.Duration, width)
@@ -316,19 +327,21 @@ func (in *instance) measurePing(ctx context.Context, p *runningPlugin, width int
 		return PingSample{}, err
 	}
 	all := slices.Concat(latencies...)
-	sample := PingSample{Concurrency: width, Calls: len(all), P50Ms: percentileMs(all, 0.5), P99Ms: percentileMs(all, 0.99)}
-	log.Printf("bench:   ttrpc round trip to plugin %s-%s, c%d: %d calls, p50 %.3f ms, p99 %.3f ms",
-		p.spec.Index, p.spec.Name, width, sample.Calls, sample.P50Ms, sample.P99Ms)
+	sample := PingSample{Concurrency: width, Multiplexed: multiplexed, Calls: len(all), P50Ms: percentileMs(all, 0.5), P99Ms: percentileMs(all, 0.99)}
+	log.Printf("bench:   %s round trip to plugin %s-%s, c%d: %d calls, p50 %.3f ms, p99 %.3f ms",
+		transport, p.spec.Index, p.spec.Name, width, sample.Calls, sample.P50Ms, sample.P99Ms)
 	return sample, nil
 }
 
 // runningPlugin is a status plugin process of the current configuration.
 type runningPlugin struct {
-	spec   statusPlugin
-	proc   *harness.Process
-	stats  string // its stats socket
-	ping   string // its ping socket
-	prefix netip.Prefix
+	spec  statusPlugin
+	proc  *harness.Process
+	stats string // its stats socket
+	ping  string // its ping socket
+	// multiplexedPing is its ping socket over NRI's multiplexer.
+	multiplexedPing string
+	prefix          netip.Prefix
 }
 
 // startPlugins starts the configuration's status plugins and waits until NRI has synchronized
@@ -352,14 +365,16 @@ func (in *instance) launchPlugins() ([]*runningPlugin, error) {
 	var plugins []*runningPlugin
 	for _, spec := range in.c.Plugins {
 		name := spec.Index + "-" + spec.Name
-		p := &runningPlugin{spec: spec, stats: filepath.Join(in.h.Root, name+".stats"), ping: filepath.Join(in.h.Root, name+".ping")}
+		p := &runningPlugin{spec: spec, stats: filepath.Join(in.h.Root, name+".stats"), ping: filepath.Join(in.h.Root, name+".ping"),
+			multiplexedPing: filepath.Join(in.h.Root, name+".mping")}
 		addr, err := netip.ParseAddr(spec.Prefix)
 		if err != nil {
 			return plugins, err
 		}
 		p.prefix = netip.PrefixFrom(addr, 48)
 		args := []string{"-nri-socket", in.h.NRISocket, "-name", spec.Name, "-idx", spec.Index,
-			"-stats-socket", p.stats, "-ping-socket", p.ping, "-prefix", spec.Prefix, "-delay", spec.Delay.String()}
+			"-stats-socket", p.stats, "-ping-socket", p.ping, "-multiplexed-ping-socket", p.multiplexedPing,
+			"-prefix", spec.Prefix, "-delay", spec.Delay.String()}
 		if spec.Primary {
 			args = append(args, "-primary")
 		}

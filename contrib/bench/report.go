@@ -77,7 +77,9 @@ type Run struct {
 
 // PingSample is the raw ttrpc round trip to a status plugin process (package ping).
 type PingSample struct {
-	Concurrency int     `json:"concurrency"`
+	Concurrency int `json:"concurrency"`
+	// Multiplexed is a round trip over NRI's multiplexer, as containerd reaches its plugins.
+	Multiplexed bool    `json:"multiplexed"`
 	Calls       int     `json:"calls"`
 	P50Ms       float64 `json:"p50Ms"`
 	P99Ms       float64 `json:"p99Ms"`

@@ -1,13 +1,17 @@
 // Package ping is a no-op ttrpc service: the benchmark's status plugin serves it next to its NRI
 // connection, so that the benchmark can measure a bare ttrpc round trip to the very process that
-// answers containerd's PodSandboxStatus calls, the floor of a status query through NRI.
+// answers containerd's PodSandboxStatus calls, the floor of a status query through NRI. It is
+// served plain, and over NRI's connection multiplexer as containerd reaches its plugins: the
+// difference is the multiplexer's share of a status query.
 package ping
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 
+	"github.com/containerd/nri/pkg/net/multiplex"
 	"github.com/containerd/ttrpc"
 	"google.golang.org/protobuf/types/known/emptypb"
 )
@@ -19,6 +23,16 @@ const (
 
 // Serve answers pings on l until l is closed or ctx ends.
 func Serve(ctx context.Context, l net.Listener) error {
+	return serve(ctx, l, false)
+}
+
+// ServeMultiplexed answers pings on l until l is closed or ctx ends, on the plugin service
+// connection of NRI's multiplexer over each connection, as an NRI plugin serves containerd.
+func ServeMultiplexed(ctx context.Context, l net.Listener) error {
+	return serve(ctx, l, true)
+}
+
+func serve(ctx context.Context, l net.Listener, multiplexed bool) error {
 	server, err := ttrpc.NewServer()
 	if err != nil {
 		return err
@@ -36,11 +50,36 @@ func Serve(ctx context.Context, l net.Listener) error {
 		<-ctx.Done()
 		server.Close()
 	}()
-	err = server.Serve(ctx, l)
-	if err == ttrpc.ErrServerClosed {
+	if multiplexed {
+		err = serveTrunks(ctx, server, l)
+	} else {
+		err = server.Serve(ctx, l)
+	}
+	if errors.Is(err, ttrpc.ErrServerClosed) || ctx.Err() != nil {
 		return nil
 	}
 	return err
+}
+
+// serveTrunks serves the plugin service connection of each connection accepted on l.
+func serveTrunks(ctx context.Context, server *ttrpc.Server, l net.Listener) error {
+	go func() {
+		<-ctx.Done()
+		l.Close()
+	}()
+	for {
+		trunk, err := l.Accept()
+		if err != nil {
+			return err
+		}
+		mux := multiplex.Multiplex(trunk)
+		service, err := mux.Listen(multiplex.PluginServiceConn)
+		if err != nil {
+			mux.Close()
+			return err
+		}
+		go server.Serve(ctx, service) // ends with the trunk or the server
+	}
 }
 
 // Client is one ttrpc connection to a ping service; it is safe for concurrent use, and
@@ -48,15 +87,25 @@ func Serve(ctx context.Context, l net.Listener) error {
 type Client struct {
 	socket string
 	client *ttrpc.Client
+	mux    multiplex.Mux // nil for a plain connection
 }
 
-// Dial connects to the ping service on socket.
-func Dial(ctx context.Context, socket string) (*Client, error) {
+// Dial connects to the ping service on socket: Serve's, or with multiplexed ServeMultiplexed's.
+func Dial(ctx context.Context, socket string, multiplexed bool) (*Client, error) {
 	conn, err := (&net.Dialer{}).DialContext(ctx, "unix", socket)
 	if err != nil {
 		return nil, fmt.Errorf("ping service on %s: %w", socket, err)
 	}
-	return &Client{socket: socket, client: ttrpc.NewClient(conn)}, nil
+	if !multiplexed {
+		return &Client{socket: socket, client: ttrpc.NewClient(conn)}, nil
+	}
+	mux := multiplex.Multiplex(conn)
+	service, err := mux.Open(multiplex.PluginServiceConn)
+	if err != nil {
+		mux.Close()
+		return nil, fmt.Errorf("ping service on %s: %w", socket, err)
+	}
+	return &Client{socket: socket, client: ttrpc.NewClient(service), mux: mux}, nil
 }
 
 // Ping makes one round trip.
@@ -69,5 +118,9 @@ func (c *Client) Ping(ctx context.Context) error {
 
 // Close closes the connection.
 func (c *Client) Close() error {
-	return c.client.Close()
+	err := c.client.Close()
+	if c.mux != nil {
+		err = errors.Join(err, c.mux.Close())
+	}
+	return err
 }

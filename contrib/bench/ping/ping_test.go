@@ -8,6 +8,14 @@ import (
 )
 
 func TestPingRoundTrip(t *testing.T) {
+	for _, multiplexed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "multiplexed"}[multiplexed], func(t *testing.T) {
+			testPingRoundTrip(t, multiplexed)
+		})
+	}
+}
+
+func testPingRoundTrip(t *testing.T, multiplexed bool) {
 	socket := filepath.Join(t.TempDir(), "ping.sock")
 	l, err := net.Listen("unix", socket)
 	if err != nil {
@@ -15,9 +23,15 @@ func TestPingRoundTrip(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- Serve(ctx, l) }()
+	go func() {
+		if multiplexed {
+			served <- ServeMultiplexed(ctx, l)
+		} else {
+			served <- Serve(ctx, l)
+		}
+	}()
 
-	c, err := Dial(ctx, socket)
+	c, err := Dial(ctx, socket, multiplexed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +45,7 @@ func TestPingRoundTrip(t *testing.T) {
 	if err := <-served; err != nil {
 		t.Errorf("Serve after cancel = %v, want nil", err)
 	}
-	if _, err := Dial(context.Background(), socket); err == nil {
+	if _, err := Dial(context.Background(), socket, multiplexed); err == nil {
 		t.Error("the service still accepts connections after Serve returned")
 	}
 }

@@ -111,15 +111,16 @@ func main() {
 		primary     = flag.Bool("primary", false, "report the pod's primary IP instead of an additional one")
 		delay       = flag.Duration("delay", 0, "time spent on each PodSandboxStatus answer")
 		pingSocket  = flag.String("ping-socket", "", "unix socket to serve the no-op ttrpc ping service on (optional)")
+		muxSocket   = flag.String("multiplexed-ping-socket", "", "unix socket to serve the ping service on over NRI's multiplexer (optional)")
 	)
 	flag.Parse()
-	if err := run(*nriSocket, *name, *index, *statsSocket, *pingSocket, *prefix, *primary, *delay); err != nil {
+	if err := run(*nriSocket, *name, *index, *statsSocket, *pingSocket, *muxSocket, *prefix, *primary, *delay); err != nil {
 		fmt.Fprintf(os.Stderr, "statusplugin %s-%s: %v\n", *index, *name, err)
 		os.Exit(1)
 	}
 }
 
-func run(nriSocket, name, index, statsSocket, pingSocket, prefix string, primary bool, delay time.Duration) error {
+func run(nriSocket, name, index, statsSocket, pingSocket, muxSocket, prefix string, primary bool, delay time.Duration) error {
 	base, err := netip.ParseAddr(prefix)
 	if err != nil || !base.Is6() {
 		return fmt.Errorf("-prefix %q: want an IPv6 address", prefix)
@@ -144,15 +145,21 @@ func run(nriSocket, name, index, statsSocket, pingSocket, prefix string, primary
 		}
 	}()
 
-	if pingSocket != "" {
-		os.Remove(pingSocket)
-		pl, err := net.Listen("unix", pingSocket)
+	for _, service := range []struct {
+		socket string
+		serve  func(context.Context, net.Listener) error
+	}{{pingSocket, ping.Serve}, {muxSocket, ping.ServeMultiplexed}} {
+		if service.socket == "" {
+			continue
+		}
+		os.Remove(service.socket)
+		pl, err := net.Listen("unix", service.socket)
 		if err != nil {
 			return err
 		}
 		go func() {
-			if err := ping.Serve(ctx, pl); err != nil {
-				fmt.Fprintf(os.Stderr, "statusplugin %s: ping socket %s: %v\n", fullName, pingSocket, err)
+			if err := service.serve(ctx, pl); err != nil {
+				fmt.Fprintf(os.Stderr, "statusplugin %s: ping socket %s: %v\n", fullName, service.socket, err)
 			}
 		}()
 	}
