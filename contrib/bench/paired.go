@@ -21,8 +21,10 @@ import (
 // pairedSlice is how long PodSandboxStatus runs on one side before switching to the other.
 const pairedSlice = 200 * time.Millisecond
 
-// sideOf returns the side (0: a, 1: the other) of the k-th slice or batch: a b b a a b b a ...
-func sideOf(k int) int { return (k + 1) / 2 % 2 }
+// sideOf returns the side (0: a, 1: the other) of the k-th slice or batch of a round: a b b a
+// a b b a ... in odd rounds, b a a b b a a b ... in even ones, so that neither side is always the
+// first after the wait for a quiet machine.
+func sideOf(k, round int) int { return ((k+1)/2 + round + 1) % 2 }
 
 // PairedRun is one round of the paired part: configuration Config against (a).
 type PairedRun struct {
@@ -76,13 +78,14 @@ func runPaired(ctx context.Context, base, other *instance, round int) (_ *Paired
 	run := &PairedRun{Config: other.c.Key, Round: round}
 	defer func() { run.QuietWaits = base.quietWaits }()
 	if other.c.Status {
-		for _, in := range sides { // untimed: cold caches and connection setup
+		for i := range sides { // untimed: cold caches and connection setup, the round's first side first
+			in := sides[sideOf(i, round)]
 			if load := in.runStatusLoad(ctx, stormWidth, false, time.Now().Add(warmUp)); load.errors.Load() > 0 {
 				return nil, fmt.Errorf("(%s) warm-up: %d PodSandboxStatus errors, first: %s", in.c.Key, load.errors.Load(), load.errorText())
 			}
 		}
 		for _, v := range variants {
-			sample, err := pairedStatus(ctx, sides, v)
+			sample, err := pairedStatus(ctx, sides, v, round)
 			if err != nil {
 				return nil, err
 			}
@@ -101,7 +104,7 @@ func runPaired(ctx context.Context, base, other *instance, round int) (_ *Paired
 
 // pairedStatus runs variant v on each side for the configured duration in all, pairedSlice at a
 // time, alternating.
-func pairedStatus(ctx context.Context, sides [2]*instance, v variant) (PairedStatus, error) {
+func pairedStatus(ctx context.Context, sides [2]*instance, v variant, round int) (PairedStatus, error) {
 	sample := PairedStatus{variant: v}
 	if err := sides[0].settle(ctx, "paired status "+v.String()); err != nil {
 		return sample, err
@@ -109,8 +112,11 @@ func pairedStatus(ctx context.Context, sides [2]*instance, v variant) (PairedSta
 	var latencies [2][]time.Duration
 	slicesPerSide := max(1, int(sides[0].s.Duration/pairedSlice))
 	for k := range 2 * slicesPerSide {
-		side := sideOf(k)
+		side := sideOf(k, round)
 		load := sides[side].runStatusLoad(ctx, v.Concurrency, v.Verbose, time.Now().Add(pairedSlice))
+		if err := ctx.Err(); err != nil { // the load stops counting errors once ctx ends
+			return sample, err
+		}
 		if n := load.errors.Load(); n > 0 {
 			return sample, fmt.Errorf("(%s) %s: %d PodSandboxStatus errors, first: %s", sides[side].c.Key, v, n, load.errorText())
 		}
@@ -133,7 +139,7 @@ func pairedLifecycle(ctx context.Context, sides [2]*instance, width, round int) 
 	var runMs, removeMs [2][]float64
 	batches := (n + width - 1) / width
 	batch := func(k int) (side, from, to int) {
-		return sideOf(k), k / 2 * width, min(n, (k/2+1)*width)
+		return sideOf(k, round), k / 2 * width, min(n, (k/2+1)*width)
 	}
 	removeAll := func() error {
 		var errs []error
@@ -290,8 +296,9 @@ func (r *report) printPaired(out io.Writer) {
 	if len(r.PairedSummaries) == 0 {
 		return
 	}
-	fmt.Fprintf(out, "\nPaired: each configuration and (a) running at once, the measurement alternating a b b a a b b a ... "+
-		"(PodSandboxStatus: slices of %s, %s per side; lifecycle: batches of the concurrency, %d pods per side).\n",
+	fmt.Fprintf(out, "\nPaired: (b), (g) and (u), each running at the same time as (a), the measurement alternating between the two "+
+		"(a b b a ... in odd rounds, b a a b ... in even ones): PodSandboxStatus ((b) and (u)) in slices of %s, %s per side; "+
+		"pod lifecycle in batches of the concurrency, each batch after the previous one, %d pods per side.\n",
 		pairedSlice, r.Settings.Duration, r.Settings.LifecyclePods)
 	fmt.Fprintln(out, "Cells: the per-round ratio of p50s to (a)'s, median [min..max] over the rounds.")
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)

@@ -6,15 +6,14 @@ import (
 	"time"
 )
 
-func TestSideOfAlternatesABBA(t *testing.T) {
-	var got []int
-	for k := range 8 {
-		got = append(got, sideOf(k))
-	}
-	want := []int{0, 1, 1, 0, 0, 1, 1, 0}
-	for k := range want {
-		if got[k] != want[k] {
-			t.Fatalf("sides of slices 0..7 = %v, want %v (a b b a a b b a)", got, want)
+func TestSideOfAlternatesABBAAndSwapsEachRound(t *testing.T) {
+	for round, want := range map[int][]int{1: {0, 1, 1, 0, 0, 1, 1, 0}, 2: {1, 0, 0, 1, 1, 0, 0, 1}, 3: {0, 1, 1, 0, 0, 1, 1, 0}} {
+		var got []int
+		for k := range 8 {
+			got = append(got, sideOf(k, round))
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("round %d: sides of slices 0..7 = %v, want %v", round, got, want)
 		}
 	}
 }

@@ -72,13 +72,15 @@ func serveTrunks(ctx context.Context, server *ttrpc.Server, l net.Listener) erro
 		if err != nil {
 			return err
 		}
-		mux := multiplex.Multiplex(trunk)
+		// The mux drops frames of connections not yet listened on: read only once listening.
+		mux := multiplex.Multiplex(trunk, multiplex.WithBlockedRead())
 		service, err := mux.Listen(multiplex.PluginServiceConn)
 		if err != nil {
 			mux.Close()
 			return err
 		}
-		go server.Serve(ctx, service) // ends with the trunk or the server
+		mux.Unblock()
+		go server.Serve(ctx, service) // ends with the server
 	}
 }
 
