@@ -243,9 +243,8 @@ func (in *instance) runStatus(ctx context.Context, round int, run *Run) (err err
 	if err := in.checkPods(ctx, plugins); err != nil {
 		return err
 	}
-	// Untimed: the first calls after a start pay for cold caches and connection setup.
-	if load := in.runStatusLoad(ctx, stormWidth, false, time.Now().Add(warmUp)); load.errors.Load() > 0 {
-		return fmt.Errorf("warm-up: %d PodSandboxStatus errors, first: %s", load.errors.Load(), load.errorText())
+	if err := in.warmUpStatus(ctx); err != nil {
+		return err
 	}
 	for _, v := range variants {
 		sample, err := in.measureStatus(ctx, v, round, plugins)
@@ -277,6 +276,15 @@ func (in *instance) runStatus(ctx context.Context, round int, run *Run) (err err
 		if run.Storm, err = in.measureStorm(ctx, fmt.Sprintf("storm-%d", round)); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// warmUpStatus runs untimed status load: the first calls after a start pay for cold caches and
+// connection setup.
+func (in *instance) warmUpStatus(ctx context.Context) error {
+	if load := in.runStatusLoad(ctx, stormWidth, false, time.Now().Add(warmUp)); load.errors.Load() > 0 {
+		return fmt.Errorf("(%s) warm-up: %d PodSandboxStatus errors, first: %s", in.c.Key, load.errors.Load(), load.errorText())
 	}
 	return nil
 }

@@ -11,10 +11,10 @@ import (
 	"time"
 )
 
-// The paired part compares a configuration (b, g, u) with (a) on a machine whose speed drifts by tens of
-// percent from one minute to the next (see the A/A configuration u): both daemons run at once and
-// the measurement alternates between them, in slices of pairedSlice for PodSandboxStatus and in
-// batches of the concurrency for pod starts and removals, in the order a b b a a b b a ..., so
+// The paired part compares a configuration (b, g, u) with (a) on a machine whose speed drifts by
+// tens of percent from one minute to the next (see the A/A configuration u): both daemons run at
+// once and the measurement alternates between them, in slices of pairedSlice for
+// PodSandboxStatus and in batches of the concurrency for pod starts and removals (sideOf), so
 // that both sides see the same machine. What it cannot pair is the instance itself (root,
 // bridge, subnet): the A/A pair (u, a) shows that part.
 
@@ -78,10 +78,9 @@ func runPaired(ctx context.Context, base, other *instance, round int) (_ *Paired
 	run := &PairedRun{Config: other.c.Key, Round: round}
 	defer func() { run.QuietWaits = base.quietWaits }()
 	if other.c.Status {
-		for i := range sides { // untimed: cold caches and connection setup, the round's first side first
-			in := sides[sideOf(i, round)]
-			if load := in.runStatusLoad(ctx, stormWidth, false, time.Now().Add(warmUp)); load.errors.Load() > 0 {
-				return nil, fmt.Errorf("(%s) warm-up: %d PodSandboxStatus errors, first: %s", in.c.Key, load.errors.Load(), load.errorText())
+		for i := range sides { // the round's first side first
+			if err := sides[sideOf(i, round)].warmUpStatus(ctx); err != nil {
+				return nil, err
 			}
 		}
 		for _, v := range variants {
