@@ -314,6 +314,11 @@ func (in *instance) measurePing(ctx context.Context, p *runningPlugin, width int
 	if err := in.settle(ctx, fmt.Sprintf("%s round trip c%d", transport, width)); err != nil {
 		return PingSample{}, err
 	}
+	pluginPIDs := []int{p.proc.PID()}
+	cpuBefore, err := readCPU(0, pluginPIDs)
+	if err != nil {
+		return PingSample{}, err
+	}
 	latencies := make([][]time.Duration, width)
 	errs := make([]error, width)
 	deadline := time.Now().Add(in.s.Duration)
@@ -334,10 +339,15 @@ func (in *instance) measurePing(ctx context.Context, p *runningPlugin, width int
 	if err := errors.Join(errs...); err != nil {
 		return PingSample{}, err
 	}
+	cpuAfter, err := readCPU(0, pluginPIDs)
+	if err != nil {
+		return PingSample{}, err
+	}
 	all := slices.Concat(latencies...)
-	sample := PingSample{Concurrency: width, Multiplexed: multiplexed, Calls: len(all), P50Ms: percentileMs(all, 0.5), P99Ms: percentileMs(all, 0.99)}
-	log.Printf("bench:   %s round trip to plugin %s-%s, c%d: %d calls, p50 %.3f ms, p99 %.3f ms",
-		transport, p.spec.Index, p.spec.Name, width, sample.Calls, sample.P50Ms, sample.P99Ms)
+	sample := PingSample{Concurrency: width, Multiplexed: multiplexed, Calls: len(all), P50Ms: percentileMs(all, 0.5), P99Ms: percentileMs(all, 0.99),
+		CPU: cpuBefore.perCall(cpuAfter, len(all))}
+	log.Printf("bench:   %s round trip to plugin %s-%s, c%d: %d calls, p50 %.3f ms, p99 %.3f ms, CPU/call µs: plugin %.0f, client %.0f",
+		transport, p.spec.Index, p.spec.Name, width, sample.Calls, sample.P50Ms, sample.P99Ms, sample.CPU.Plugins, sample.CPU.Client)
 	return sample, nil
 }
 
@@ -525,6 +535,14 @@ func (in *instance) measureStatus(ctx context.Context, v variant, round int, plu
 	if err != nil {
 		return StatusSample{}, err
 	}
+	pluginPIDs := make([]int, len(plugins))
+	for i, p := range plugins {
+		pluginPIDs[i] = p.proc.PID()
+	}
+	cpuBefore, err := readCPU(in.h.PID(), pluginPIDs)
+	if err != nil {
+		return StatusSample{}, err
+	}
 	var profileDone chan error
 	if in.debugSocket != "" {
 		profileDone = make(chan error, 1)
@@ -535,6 +553,10 @@ func (in *instance) measureStatus(ctx context.Context, v variant, round int, plu
 	start := time.Now()
 	load := in.runStatusLoad(ctx, v.Concurrency, v.Verbose, start.Add(in.s.Duration))
 	elapsed := time.Since(start)
+	cpuAfter, err := readCPU(in.h.PID(), pluginPIDs)
+	if err != nil {
+		return StatusSample{}, err
+	}
 	if profileDone != nil {
 		if err := <-profileDone; err != nil {
 			return StatusSample{}, err
@@ -550,12 +572,14 @@ func (in *instance) measureStatus(ctx context.Context, v variant, round int, plu
 	latencies := load.all()
 	sample := StatusSample{variant: v, Calls: len(latencies), Errors: int(load.errors.Load()), FirstError: load.errorText(),
 		Seconds: elapsed.Seconds(), PerSecond: float64(len(latencies)) / elapsed.Seconds(),
-		P50Ms: percentileMs(latencies, 0.50), P99Ms: percentileMs(latencies, 0.99), PluginCalls: after - before}
+		P50Ms: percentileMs(latencies, 0.50), P99Ms: percentileMs(latencies, 0.99), PluginCalls: after - before,
+		CPU: cpuBefore.perCall(cpuAfter, len(latencies))}
 	if sample.Calls > 0 {
 		sample.PluginCallsPerStatus = float64(sample.PluginCalls) / float64(sample.Calls)
 	}
-	log.Printf("bench:   %-11s %6d calls %8.0f/s  p50 %7.3f ms  p99 %7.3f ms  plugin calls/status %.2f  errors %d",
-		v, sample.Calls, sample.PerSecond, sample.P50Ms, sample.P99Ms, sample.PluginCallsPerStatus, sample.Errors)
+	log.Printf("bench:   %-11s %6d calls %8.0f/s  p50 %7.3f ms  p99 %7.3f ms  plugin calls/status %.2f  errors %d  CPU/call µs: daemon %.0f, plugins %.0f, client %.0f",
+		v, sample.Calls, sample.PerSecond, sample.P50Ms, sample.P99Ms, sample.PluginCallsPerStatus, sample.Errors,
+		sample.CPU.Daemon, sample.CPU.Plugins, sample.CPU.Client)
 	return sample, nil
 }
 

@@ -19,15 +19,16 @@ import (
 // StatusSample is one PodSandboxStatus measurement.
 type StatusSample struct {
 	variant
-	Calls                int     `json:"calls"`
-	Errors               int     `json:"errors"`
-	FirstError           string  `json:"firstError,omitempty"`
-	Seconds              float64 `json:"seconds"`
-	PerSecond            float64 `json:"perSecond"`
-	P50Ms                float64 `json:"p50Ms"`
-	P99Ms                float64 `json:"p99Ms"`
-	PluginCalls          int64   `json:"pluginCalls"`          // PodSandboxStatus calls of all status plugins
-	PluginCallsPerStatus float64 `json:"pluginCallsPerStatus"` // summed over plugins
+	Calls                int        `json:"calls"`
+	Errors               int        `json:"errors"`
+	FirstError           string     `json:"firstError,omitempty"`
+	Seconds              float64    `json:"seconds"`
+	PerSecond            float64    `json:"perSecond"`
+	P50Ms                float64    `json:"p50Ms"`
+	P99Ms                float64    `json:"p99Ms"`
+	PluginCalls          int64      `json:"pluginCalls"`          // PodSandboxStatus calls of all status plugins
+	PluginCallsPerStatus float64    `json:"pluginCallsPerStatus"` // summed over plugins
+	CPU                  CPUPerCall `json:"cpu"`
 }
 
 // BurstSample counts the plugin calls of bursts of simultaneous queries for one pod.
@@ -79,10 +80,11 @@ type Run struct {
 type PingSample struct {
 	Concurrency int `json:"concurrency"`
 	// Multiplexed is a round trip over NRI's multiplexer, as containerd reaches its plugins.
-	Multiplexed bool    `json:"multiplexed"`
-	Calls       int     `json:"calls"`
-	P50Ms       float64 `json:"p50Ms"`
-	P99Ms       float64 `json:"p99Ms"`
+	Multiplexed bool       `json:"multiplexed"`
+	Calls       int        `json:"calls"`
+	P50Ms       float64    `json:"p50Ms"`
+	P99Ms       float64    `json:"p99Ms"`
+	CPU         CPUPerCall `json:"cpu"` // the plugin's and the caller's
 }
 
 // LifecycleSample is one pass of pod starts and removals at one concurrency.
@@ -227,6 +229,7 @@ type report struct {
 	Lifecycle             []LifecycleSummary `json:"lifecycle"`
 	Steps                 []StepSummary      `json:"lifecycleSteps"`
 	Overhead              []OverheadSummary  `json:"statusOverhead"`
+	CPU                   []CPUSummary       `json:"cpuPerCall"`
 	Scale                 []ScaleSample      `json:"scale"`
 	ScaleSummaries        []ScaleSummary     `json:"scaleSummaries"`
 	Persisted             []PersistedBytes   `json:"persistedPerPod"`
@@ -269,6 +272,7 @@ func (r *report) finish() {
 			}
 		}
 		r.Overhead = r.overheadSummaries()
+		r.CPU = r.cpuSummaries()
 		r.Targets = append(r.targets(), r.statusTargets12()...)
 	}
 	if sel.Lifecycle {
@@ -568,6 +572,7 @@ func (r *report) printTable(out io.Writer) {
 	if s.Selected.Status {
 		r.printStatus(out)
 		r.printOverhead(out)
+		r.printCPU(out)
 	}
 	r.printLifecycle(out)
 	r.printPaired(out)
