@@ -138,14 +138,10 @@ func (r *report) cpuSummaries() []CPUSummary {
 				return CPUPerCall{}, false
 			})
 		}
-		for _, multiplexed := range []bool{false, true} {
-			call := "round trip, ttrpc"
-			if multiplexed {
-				call = "round trip, ttrpc over NRI's multiplexer"
-			}
-			add(v, "c", call, func(run *Run) (CPUPerCall, bool) {
+		for _, rt := range roundTrips {
+			add(v, "c", "round trip, "+rt.String(), func(run *Run) (CPUPerCall, bool) {
 				for _, p := range run.Ping {
-					if !v.Verbose && p.Concurrency == v.Concurrency && p.Multiplexed == multiplexed && p.Calls > 0 {
+					if !v.Verbose && p.Concurrency == v.Concurrency && p.is(rt) && p.Calls > 0 {
 						return p.CPU, true
 					}
 				}

@@ -71,11 +71,12 @@ func TestCPUSummariesShowQueriesAndRoundTripsOncePerConcurrency(t *testing.T) {
 		run.Status[0].CPU.Plugins = 40
 		run.Ping = []PingSample{{Concurrency: 1, Calls: 10, CPU: CPUPerCall{Plugins: 20, Client: 30}},
 			{Concurrency: 1, Multiplexed: true, Calls: 10, CPU: CPUPerCall{Plugins: 25, Client: 35}},
+			{Concurrency: 1, IdleGapMs: 0.5, Calls: 10, CPU: CPUPerCall{Plugins: 70, Client: 80}},
 			{Concurrency: 16, Calls: 10, CPU: CPUPerCall{Plugins: 1}}}
 	}
 	got := r.cpuSummaries()
-	if len(got) != 5 {
-		t.Fatalf("CPU summaries = %+v, want (a) and (c) queries, (c)'s two round trips at c1, its plain one at c16", got)
+	if len(got) != 6 {
+		t.Fatalf("CPU summaries = %+v, want (a) and (c) queries, (c)'s three round trips at c1, its plain one at c16", got)
 	}
 	if a := got[0]; a.Config != "a" || a.Call != "PodSandboxStatus" || a.Daemon.Median != 100.5 || a.Total.Median != 150.5 {
 		t.Errorf("(a) = %+v, want containerd 100.5 µs and 150.5 µs in all (median of 2 rounds)", a)
@@ -86,7 +87,10 @@ func TestCPUSummariesShowQueriesAndRoundTripsOncePerConcurrency(t *testing.T) {
 	if rt, mux := got[2], got[3]; rt.Variant != "c1" || rt.Total.Median != 50 || mux.Total.Median != 60 || rt.Daemon.Median != 0 {
 		t.Errorf("round trips = %+v, %+v, want c1 at 50 and 60 µs, no containerd", rt, mux)
 	}
-	if c16 := got[4]; c16.Variant != "c16" || c16.Call != "round trip, ttrpc" || c16.Total.Median != 1 {
+	if idle := got[4]; idle.Call != "round trip, ttrpc after an idle gap" || idle.Total.Median != 150 {
+		t.Errorf("idle round trip = %+v, want 150 µs, told apart from the back-to-back one", idle)
+	}
+	if c16 := got[5]; c16.Variant != "c16" || c16.Call != "round trip, ttrpc" || c16.Total.Median != 1 {
 		t.Errorf("last = %+v, want the plain round trip at c16 (not again under c16 verbose)", c16)
 	}
 }

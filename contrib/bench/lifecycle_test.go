@@ -157,8 +157,10 @@ func TestStatusOverheadIsBeyondUpstreamAndTheRoundTrip(t *testing.T) {
 	r := &report{Configurations: configurations(50 * time.Millisecond)}
 	r.Runs = append(runs("a", 0.2, 0.2, 0.4), runs("c", 0.5, 0.3, 0.6)...)
 	for i, ping := range []float64{0.25, 0.05, 0.15} {
-		// The multiplexed round trip is shown, never subtracted: it is not the floor.
-		r.Runs[3+i].Ping = []PingSample{{Concurrency: 1, Calls: 10, P50Ms: ping}, {Concurrency: 1, Multiplexed: true, Calls: 10, P50Ms: 10}}
+		// The multiplexed round trip and the one after an idle gap are shown, never subtracted
+		// by the target: they are not the floor.
+		r.Runs[3+i].Ping = []PingSample{{Concurrency: 1, Calls: 10, P50Ms: ping}, {Concurrency: 1, Multiplexed: true, Calls: 10, P50Ms: 10},
+			{Concurrency: 1, IdleGapMs: 0.5, Calls: 10, P50Ms: ping + 0.05}}
 	}
 	// Overheads 0.05, 0.05, 0.05 ms over (a) 0.2, 0.2, 0.4: fractions 0.25, 0.25, 0.125.
 	name := "(c) PodSandboxStatus runtime-side overhead beyond the raw round trip <= 0.20 x (a)'s query, c1"
@@ -169,6 +171,10 @@ func TestStatusOverheadIsBeyondUpstreamAndTheRoundTrip(t *testing.T) {
 	if o := r.overheadSummaries(); len(o) != 1 || o[0].Variant != "c1" || math.Abs(o[0].OverheadMs.Median-0.05) > 1e-9 ||
 		o[0].MultiplexedPingP50Ms.Median != 10 || o[0].PingP50Ms.Median != 0.15 {
 		t.Errorf("overhead summaries = %+v, want c1 only, 0.05 ms, plain round trip 0.15 ms and multiplexed 10 ms", o)
+	} else if idle := o[0]; math.Abs(idle.IdlePingP50Ms.Median-0.2) > 1e-9 || math.Abs(idle.IdleFractionOfA.Max) > 1e-9 ||
+		math.Abs(idle.IdleFractionOfA.Min) > 1e-9 {
+		// 0.05 ms slower after the gap: no overhead beyond it in any round.
+		t.Errorf("overhead beyond the round trip after an idle gap = %+v, %+v, want 0.2 ms and 0", idle.IdlePingP50Ms, idle.IdleFractionOfA)
 	}
 }
 

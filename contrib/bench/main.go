@@ -27,7 +27,8 @@
 //     concurrency 1 and 16, verbose off and on, and the plugin calls per PodSandboxStatus; with
 //     status plugins, the plugin calls caused by internal callers (CRI container events) and by
 //     bursts of concurrent queries for one pod; for a and e, RunPodSandbox latency during a
-//     16-way status storm; for c, a no-op ttrpc round trip to its plugin process (package ping).
+//     16-way status storm; for c, a no-op ttrpc round trip to its plugin process (package ping):
+//     back to back, over NRI's multiplexer and, at c1, after an idle gap.
 //   - lifecycle (a, b, g, h, i, u): RunPodSandbox, then StopPodSandbox + RemovePodSandbox, of
 //     -lifecycle-pods new pods at concurrency 1 and 8, with where the time goes: NRI plugin
 //     latencies (containerd's metrics), nri-bridge's steps (its log), CNI plugin executions

@@ -254,9 +254,17 @@ func (in *instance) runStatus(ctx context.Context, round int, run *Run) (err err
 		run.Status = append(run.Status, sample)
 		if in.c.Ping && !v.Verbose {
 			// Right after the status measurement at the same concurrency, to the same process:
-			// plain (the floor), then over NRI's multiplexer (the transport's share).
-			for _, multiplexed := range []bool{false, true} {
-				ping, err := in.measurePing(ctx, plugins[0], v.Concurrency, multiplexed)
+			// plain (the floor), over NRI's multiplexer (the transport's share) and, at c1, after
+			// an idle gap as long as a status query (as the plugin idles between queries).
+			for _, rt := range roundTrips {
+				var gap time.Duration
+				if rt.idle {
+					if v.Concurrency != 1 {
+						continue
+					}
+					gap = time.Duration(sample.P50Ms * float64(time.Millisecond))
+				}
+				ping, err := in.measurePing(ctx, plugins[0], v.Concurrency, rt.multiplexed, gap)
 				if err != nil {
 					return err
 				}
@@ -291,8 +299,9 @@ func (in *instance) warmUpStatus(ctx context.Context) error {
 
 // measurePing makes no-op ttrpc calls to the status plugin p from width workers over one
 // connection for the configured duration: the bare round trip to the process that answers
-// containerd's status calls, plain or over NRI's multiplexer.
-func (in *instance) measurePing(ctx context.Context, p *runningPlugin, width int, multiplexed bool) (PingSample, error) {
+// containerd's status calls, plain or over NRI's multiplexer, each worker sleeping gap (untimed)
+// before each call.
+func (in *instance) measurePing(ctx context.Context, p *runningPlugin, width int, multiplexed bool, gap time.Duration) (PingSample, error) {
 	socket := p.ping
 	if multiplexed {
 		socket = p.multiplexedPing
@@ -307,10 +316,7 @@ func (in *instance) measurePing(ctx context.Context, p *runningPlugin, width int
 			return PingSample{}, err
 		}
 	}
-	transport := "ttrpc"
-	if multiplexed {
-		transport = "ttrpc over NRI's multiplexer"
-	}
+	transport := roundTrip{multiplexed: multiplexed, idle: gap > 0}.String()
 	if err := in.settle(ctx, fmt.Sprintf("%s round trip c%d", transport, width)); err != nil {
 		return PingSample{}, err
 	}
@@ -328,6 +334,7 @@ func (in *instance) measurePing(ctx context.Context, p *runningPlugin, width int
 		go func() {
 			defer wg.Done()
 			for errs[w] == nil && time.Now().Before(deadline) {
+				time.Sleep(gap)
 				start := time.Now()
 				if errs[w] = client.Ping(ctx); errs[w] == nil {
 					latencies[w] = append(latencies[w], time.Since(start))
@@ -344,10 +351,10 @@ func (in *instance) measurePing(ctx context.Context, p *runningPlugin, width int
 		return PingSample{}, err
 	}
 	all := slices.Concat(latencies...)
-	sample := PingSample{Concurrency: width, Multiplexed: multiplexed, Calls: len(all), P50Ms: percentileMs(all, 0.5), P99Ms: percentileMs(all, 0.99),
-		CPU: cpuBefore.perCall(cpuAfter, len(all))}
-	log.Printf("bench:   %s round trip to plugin %s-%s, c%d: %d calls, p50 %.3f ms, p99 %.3f ms, CPU/call µs: plugin %.0f, client %.0f",
-		transport, p.spec.Index, p.spec.Name, width, sample.Calls, sample.P50Ms, sample.P99Ms, sample.CPU.Plugins, sample.CPU.Client)
+	sample := PingSample{Concurrency: width, Multiplexed: multiplexed, IdleGapMs: float64(gap) / float64(time.Millisecond), Calls: len(all),
+		P50Ms: percentileMs(all, 0.5), P99Ms: percentileMs(all, 0.99), CPU: cpuBefore.perCall(cpuAfter, len(all))}
+	log.Printf("bench:   %s round trip to plugin %s-%s, c%d (gap %.3f ms): %d calls, p50 %.3f ms, p99 %.3f ms, CPU/call µs: plugin %.0f, client %.0f",
+		transport, p.spec.Index, p.spec.Name, width, sample.IdleGapMs, sample.Calls, sample.P50Ms, sample.P99Ms, sample.CPU.Plugins, sample.CPU.Client)
 	return sample, nil
 }
 

@@ -80,11 +80,39 @@ type Run struct {
 type PingSample struct {
 	Concurrency int `json:"concurrency"`
 	// Multiplexed is a round trip over NRI's multiplexer, as containerd reaches its plugins.
-	Multiplexed bool       `json:"multiplexed"`
-	Calls       int        `json:"calls"`
-	P50Ms       float64    `json:"p50Ms"`
-	P99Ms       float64    `json:"p99Ms"`
-	CPU         CPUPerCall `json:"cpu"` // the plugin's and the caller's
+	Multiplexed bool `json:"multiplexed"`
+	// IdleGapMs is how long each caller slept before each call (0: back to back).
+	IdleGapMs float64    `json:"idleGapMs,omitempty"`
+	Calls     int        `json:"calls"`
+	P50Ms     float64    `json:"p50Ms"`
+	P99Ms     float64    `json:"p99Ms"`
+	CPU       CPUPerCall `json:"cpu"` // the plugin's and the caller's
+}
+
+// roundTrip is one kind of the no-op calls made to (c)'s plugin process.
+type roundTrip struct {
+	multiplexed bool // over NRI's multiplexer, as containerd reaches its plugins
+	// idle: after an idle gap, as the plugin idles between (c)'s queries at c1. A Go process
+	// idle for a fraction of a millisecond answers later than one called back to back.
+	idle bool
+}
+
+// roundTrips are the round trips measured, in the order they are reported; the first, plain and
+// back to back, is the floor the overhead target subtracts.
+var roundTrips = []roundTrip{{}, {multiplexed: true}, {idle: true}}
+
+func (rt roundTrip) String() string {
+	switch {
+	case rt.multiplexed:
+		return "ttrpc over NRI's multiplexer"
+	case rt.idle:
+		return "ttrpc after an idle gap"
+	}
+	return "ttrpc"
+}
+
+func (p PingSample) is(rt roundTrip) bool {
+	return p.Multiplexed == rt.multiplexed && (p.IdleGapMs > 0) == rt.idle
 }
 
 // LifecycleSample is one pass of pod starts and removals at one concurrency.
