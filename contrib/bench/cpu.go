@@ -157,9 +157,9 @@ func (r *report) printCPU(out io.Writer) {
 		return
 	}
 	fmt.Fprintf(out, "\nCPU per call, µs: user and system time of each process taking part (/proc/<pid>/stat, to %s per measurement)"+
-		" over its calls; the client is the benchmark. A round trip does not involve containerd. At c1 the processes mostly wait"+
-		" for each other and Go's scheduler spins before a thread sleeps, which counts as CPU too: the c16 rows, with the CPUs"+
-		" saturated, say what a call costs.\n", clockTick)
+		" over its calls; the client is the benchmark. A round trip does not involve containerd; after an idle gap the"+
+		" client's figure includes its busy wait. At c1 the processes mostly wait for each other and Go's scheduler spins"+
+		" before a thread sleeps, which counts as CPU too: the c16 rows, with the CPUs saturated, say what a call costs.\n", clockTick)
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "variant\tcfg\tcall\tcontainerd\tplugins\tclient\tall\t")
 	for _, c := range r.CPU {

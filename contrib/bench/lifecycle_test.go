@@ -158,9 +158,12 @@ func TestStatusOverheadIsBeyondUpstreamAndTheRoundTrip(t *testing.T) {
 	r.Runs = append(runs("a", 0.2, 0.2, 0.4), runs("c", 0.5, 0.3, 0.6)...)
 	for i, ping := range []float64{0.25, 0.05, 0.15} {
 		// The multiplexed round trip and the one after an idle gap are shown, never subtracted
-		// by the target: they are not the floor.
-		r.Runs[3+i].Ping = []PingSample{{Concurrency: 1, Calls: 10, P50Ms: ping}, {Concurrency: 1, Multiplexed: true, Calls: 10, P50Ms: 10},
-			{Concurrency: 1, IdleGapMs: 0.5, Calls: 10, P50Ms: ping + 0.05}}
+		// by the target: they are not the floor. Listed first, they must not be taken for it.
+		r.Runs[3+i].Ping = []PingSample{{Concurrency: 1, Idle: true, IdleGapMs: 0.5, Calls: 10, P50Ms: ping + 0.05},
+			{Concurrency: 1, Multiplexed: true, Calls: 10, P50Ms: 10}, {Concurrency: 1, Calls: 10, P50Ms: ping}}
+	}
+	for _, run := range r.Runs { // c1 verbose: the plain round trip applies, the idle one's gap does not
+		run.Status = append(run.Status, StatusSample{variant: variant{1, true}, Calls: 100, P50Ms: 1 + run.Status[0].P50Ms})
 	}
 	// Overheads 0.05, 0.05, 0.05 ms over (a) 0.2, 0.2, 0.4: fractions 0.25, 0.25, 0.125.
 	name := "(c) PodSandboxStatus runtime-side overhead beyond the raw round trip <= 0.20 x (a)'s query, c1"
@@ -168,9 +171,13 @@ func TestStatusOverheadIsBeyondUpstreamAndTheRoundTrip(t *testing.T) {
 	if got.Status != "missed" || math.Abs(got.Measured.Median-0.25) > 1e-9 || math.Abs(got.Measured.Min-0.125) > 1e-9 {
 		t.Errorf("overhead target = %+v (measured %+v), want missed at median 0.25", got, got.Measured)
 	}
-	if o := r.overheadSummaries(); len(o) != 1 || o[0].Variant != "c1" || math.Abs(o[0].OverheadMs.Median-0.05) > 1e-9 ||
+	o := r.overheadSummaries()
+	if len(o) != 2 || o[1].Variant != "c1 verbose" || o[1].PingP50Ms.Median != 0.15 || o[1].IdlePingP50Ms != nil || o[1].IdleFractionOfA != nil {
+		t.Errorf("overhead summaries = %+v, want c1 verbose second, with the plain round trip and without the idle one", o)
+	}
+	if len(o) == 0 || o[0].Variant != "c1" || math.Abs(o[0].OverheadMs.Median-0.05) > 1e-9 ||
 		o[0].MultiplexedPingP50Ms.Median != 10 || o[0].PingP50Ms.Median != 0.15 {
-		t.Errorf("overhead summaries = %+v, want c1 only, 0.05 ms, plain round trip 0.15 ms and multiplexed 10 ms", o)
+		t.Errorf("overhead summaries = %+v, want c1 first, 0.05 ms, plain round trip 0.15 ms and multiplexed 10 ms", o)
 	} else if idle := o[0]; math.Abs(idle.IdlePingP50Ms.Median-0.2) > 1e-9 || math.Abs(idle.IdleFractionOfA.Max) > 1e-9 ||
 		math.Abs(idle.IdleFractionOfA.Min) > 1e-9 {
 		// 0.05 ms slower after the gap: no overhead beyond it in any round.

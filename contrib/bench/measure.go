@@ -254,19 +254,23 @@ func (in *instance) runStatus(ctx context.Context, round int, run *Run) (err err
 		run.Status = append(run.Status, sample)
 		if in.c.Ping && !v.Verbose {
 			// Right after the status measurement at the same concurrency, to the same process:
-			// plain (the floor), over NRI's multiplexer (the transport's share) and, at c1, after
-			// an idle gap as long as a status query (as the plugin idles between queries).
+			// plain (the floor), over NRI's multiplexer (the transport's share) and, at c1, with
+			// the plugin left idle before each call for as long as it idles between (c)'s
+			// queries: the query's p50 less the plain round trip's (measured first).
+			var plainP50Ms float64
 			for _, rt := range roundTrips {
 				var gap time.Duration
 				if rt.idle {
-					if v.Concurrency != 1 {
+					if gap = time.Duration((sample.P50Ms - plainP50Ms) * float64(time.Millisecond)); v.Concurrency != 1 || gap <= 0 {
 						continue
 					}
-					gap = time.Duration(sample.P50Ms * float64(time.Millisecond))
 				}
-				ping, err := in.measurePing(ctx, plugins[0], v.Concurrency, rt.multiplexed, gap)
+				ping, err := in.measurePing(ctx, plugins[0], v.Concurrency, rt, gap)
 				if err != nil {
 					return err
+				}
+				if rt == (roundTrip{}) {
+					plainP50Ms = ping.P50Ms
 				}
 				run.Ping = append(run.Ping, ping)
 			}
@@ -297,16 +301,16 @@ func (in *instance) warmUpStatus(ctx context.Context) error {
 	return nil
 }
 
-// measurePing makes no-op ttrpc calls to the status plugin p from width workers over one
-// connection for the configured duration: the bare round trip to the process that answers
-// containerd's status calls, plain or over NRI's multiplexer, each worker sleeping gap (untimed)
-// before each call.
-func (in *instance) measurePing(ctx context.Context, p *runningPlugin, width int, multiplexed bool, gap time.Duration) (PingSample, error) {
+// measurePing makes no-op ttrpc calls of kind rt to the status plugin p from width workers over
+// one connection for the configured duration: the bare round trip to the process that answers
+// containerd's status calls. For a round trip after an idle gap each worker busy-waits gap
+// (untimed) before each call: the plugin idles, the caller stays running as containerd does.
+func (in *instance) measurePing(ctx context.Context, p *runningPlugin, width int, rt roundTrip, gap time.Duration) (PingSample, error) {
 	socket := p.ping
-	if multiplexed {
+	if rt.multiplexed {
 		socket = p.multiplexedPing
 	}
-	client, err := ping.Dial(ctx, socket, multiplexed)
+	client, err := ping.Dial(ctx, socket, rt.multiplexed)
 	if err != nil {
 		return PingSample{}, err
 	}
@@ -316,8 +320,7 @@ func (in *instance) measurePing(ctx context.Context, p *runningPlugin, width int
 			return PingSample{}, err
 		}
 	}
-	transport := roundTrip{multiplexed: multiplexed, idle: gap > 0}.String()
-	if err := in.settle(ctx, fmt.Sprintf("%s round trip c%d", transport, width)); err != nil {
+	if err := in.settle(ctx, fmt.Sprintf("%s round trip c%d", rt, width)); err != nil {
 		return PingSample{}, err
 	}
 	pluginPIDs := []int{p.proc.PID()}
@@ -334,7 +337,8 @@ func (in *instance) measurePing(ctx context.Context, p *runningPlugin, width int
 		go func() {
 			defer wg.Done()
 			for errs[w] == nil && time.Now().Before(deadline) {
-				time.Sleep(gap)
+				for idle := time.Now(); rt.idle && time.Since(idle) < gap; {
+				}
 				start := time.Now()
 				if errs[w] = client.Ping(ctx); errs[w] == nil {
 					latencies[w] = append(latencies[w], time.Since(start))
@@ -351,10 +355,10 @@ func (in *instance) measurePing(ctx context.Context, p *runningPlugin, width int
 		return PingSample{}, err
 	}
 	all := slices.Concat(latencies...)
-	sample := PingSample{Concurrency: width, Multiplexed: multiplexed, IdleGapMs: float64(gap) / float64(time.Millisecond), Calls: len(all),
-		P50Ms: percentileMs(all, 0.5), P99Ms: percentileMs(all, 0.99), CPU: cpuBefore.perCall(cpuAfter, len(all))}
-	log.Printf("bench:   %s round trip to plugin %s-%s, c%d (gap %.3f ms): %d calls, p50 %.3f ms, p99 %.3f ms, CPU/call µs: plugin %.0f, client %.0f",
-		transport, p.spec.Index, p.spec.Name, width, sample.IdleGapMs, sample.Calls, sample.P50Ms, sample.P99Ms, sample.CPU.Plugins, sample.CPU.Client)
+	sample := PingSample{Concurrency: width, Multiplexed: rt.multiplexed, Idle: rt.idle, IdleGapMs: float64(gap) / float64(time.Millisecond),
+		Calls: len(all), P50Ms: percentileMs(all, 0.5), P99Ms: percentileMs(all, 0.99), CPU: cpuBefore.perCall(cpuAfter, len(all))}
+	log.Printf("bench:   %s round trip to plugin %s-%s, c%d (idle gap %.3f ms): %d calls, p50 %.3f ms, p99 %.3f ms, CPU/call µs: plugin %.0f, client %.0f",
+		rt, p.spec.Index, p.spec.Name, width, sample.IdleGapMs, sample.Calls, sample.P50Ms, sample.P99Ms, sample.CPU.Plugins, sample.CPU.Client)
 	return sample, nil
 }
 

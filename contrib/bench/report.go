@@ -81,38 +81,41 @@ type PingSample struct {
 	Concurrency int `json:"concurrency"`
 	// Multiplexed is a round trip over NRI's multiplexer, as containerd reaches its plugins.
 	Multiplexed bool `json:"multiplexed"`
-	// IdleGapMs is how long each caller slept before each call (0: back to back).
+	// Idle is a round trip after an idle gap of IdleGapMs before each call, which each caller
+	// spent busy-waiting.
+	Idle      bool       `json:"idle,omitempty"`
 	IdleGapMs float64    `json:"idleGapMs,omitempty"`
 	Calls     int        `json:"calls"`
 	P50Ms     float64    `json:"p50Ms"`
 	P99Ms     float64    `json:"p99Ms"`
-	CPU       CPUPerCall `json:"cpu"` // the plugin's and the caller's
+	CPU       CPUPerCall `json:"cpu"` // the plugin's and the caller's (with its busy wait)
 }
 
 // roundTrip is one kind of the no-op calls made to (c)'s plugin process.
 type roundTrip struct {
 	multiplexed bool // over NRI's multiplexer, as containerd reaches its plugins
-	// idle: after an idle gap, as the plugin idles between (c)'s queries at c1. A Go process
+	// idle: the plugin left idle before each call, as between (c)'s queries at c1. A Go process
 	// idle for a fraction of a millisecond answers later than one called back to back.
 	idle bool
 }
 
-// roundTrips are the round trips measured, in the order they are reported; the first, plain and
-// back to back, is the floor the overhead target subtracts.
+// roundTrips are the round trips measured, in this order; the first, plain and back to back, is
+// the floor the overhead target subtracts, and gives the idle one its gap.
 var roundTrips = []roundTrip{{}, {multiplexed: true}, {idle: true}}
 
 func (rt roundTrip) String() string {
-	switch {
-	case rt.multiplexed:
-		return "ttrpc over NRI's multiplexer"
-	case rt.idle:
-		return "ttrpc after an idle gap"
+	name := "ttrpc"
+	if rt.multiplexed {
+		name += " over NRI's multiplexer"
 	}
-	return "ttrpc"
+	if rt.idle {
+		name += " after an idle gap"
+	}
+	return name
 }
 
 func (p PingSample) is(rt roundTrip) bool {
-	return p.Multiplexed == rt.multiplexed && (p.IdleGapMs > 0) == rt.idle
+	return p.Multiplexed == rt.multiplexed && p.Idle == rt.idle
 }
 
 // LifecycleSample is one pass of pod starts and removals at one concurrency.

@@ -163,8 +163,8 @@ type OverheadSummary struct {
 	MultiplexedPingP50Ms *Spread `json:"multiplexedPingP50Ms"`
 	OverheadMs           *Spread `json:"overheadMs"` // (c) p50 - (a) p50 - round trip p50, per round
 	FractionOfA          *Spread `json:"fractionOfA"`
-	// IdlePingP50Ms is the round trip after an idle gap (c1 only), and IdleFractionOfA the
-	// overhead beyond it: shown, not judged.
+	// IdlePingP50Ms is the round trip after an idle gap (c1 without verbose only: its gap is
+	// that variant's), and IdleFractionOfA the overhead beyond it: shown, not judged.
 	IdlePingP50Ms   *Spread `json:"idlePingP50Ms,omitempty"`
 	IdleFractionOfA *Spread `json:"idleFractionOfA,omitempty"`
 }
@@ -204,11 +204,14 @@ func (r *report) overheadSummaries() []OverheadSummary {
 		if len(overhead) == 0 {
 			continue
 		}
-		_, idleFraction := r.statusOverhead(v, roundTrip{idle: true})
-		out = append(out, OverheadSummary{Variant: v.String(), PingP50Ms: spread(roundValues(r.pingP50(v, roundTrip{}))),
+		summary := OverheadSummary{Variant: v.String(), PingP50Ms: spread(roundValues(r.pingP50(v, roundTrip{}))),
 			MultiplexedPingP50Ms: spread(roundValues(r.pingP50(v, roundTrip{multiplexed: true}))), OverheadMs: spread(overhead),
-			FractionOfA: spread(fraction), IdlePingP50Ms: spread(roundValues(r.pingP50(v, roundTrip{idle: true}))),
-			IdleFractionOfA: spread(idleFraction)})
+			FractionOfA: spread(fraction)}
+		if !v.Verbose {
+			_, idleFraction := r.statusOverhead(v, roundTrip{idle: true})
+			summary.IdlePingP50Ms, summary.IdleFractionOfA = spread(roundValues(r.pingP50(v, roundTrip{idle: true}))), spread(idleFraction)
+		}
+		out = append(out, summary)
 	}
 	return out
 }
@@ -298,8 +301,8 @@ func (r *report) printOverhead(out io.Writer) {
 	}
 	fmt.Fprintln(out, "\n(c)'s status query beyond the raw ttrpc round trip to its plugin process (a no-op call of the same"+
 		" process, same concurrency, same round): overhead = (c) p50 - (a) p50 - round trip p50. At c1 the plugin idles"+
-		" between (c)'s queries; the round trip after an idle gap (the caller sleeps for (c)'s p50 before each call) and the"+
-		" overhead beyond it are shown, not judged.")
+		" between (c)'s queries; the round trip after an idle gap (the caller busy-waits (c)'s p50 less the round trip's"+
+		" before each call) and the overhead beyond it are shown, not judged.")
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "variant\tround trip p50 ms\toverhead ms\toverhead / (a) p50\tround trip over NRI's multiplexer p50 ms\t"+
 		"round trip after an idle gap p50 ms\toverhead beyond it / (a) p50\t")
