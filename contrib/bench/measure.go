@@ -255,22 +255,17 @@ func (in *instance) runStatus(ctx context.Context, round int, run *Run) (err err
 		if in.c.Ping && !v.Verbose {
 			// Right after the status measurement at the same concurrency, to the same process:
 			// plain (the floor), over NRI's multiplexer (the transport's share) and, at c1, with
-			// the plugin left idle before each call for as long as it idles between (c)'s
-			// queries: the query's p50 less the plain round trip's (measured first).
-			var plainP50Ms float64
+			// the plugin left idle before each call about as long as between (c)'s queries.
 			for _, rt := range roundTrips {
 				var gap time.Duration
 				if rt.idle {
-					if gap = time.Duration((sample.P50Ms - plainP50Ms) * float64(time.Millisecond)); v.Concurrency != 1 || gap <= 0 {
+					if gap = idleGap(sample, run.Ping); gap <= 0 {
 						continue
 					}
 				}
 				ping, err := in.measurePing(ctx, plugins[0], v.Concurrency, rt, gap)
 				if err != nil {
 					return err
-				}
-				if rt == (roundTrip{}) {
-					plainP50Ms = ping.P50Ms
 				}
 				run.Ping = append(run.Ping, ping)
 			}
@@ -290,6 +285,21 @@ func (in *instance) runStatus(ctx context.Context, round int, run *Run) (err err
 		}
 	}
 	return nil
+}
+
+// idleGap is about how long the plugin idles between the queries of status measurement s at c1:
+// s's p50 less the p50 of the plain round trip measured after it (among pings). It is 0 at other
+// concurrencies, with verbose on, or before that round trip is measured.
+func idleGap(s StatusSample, pings []PingSample) time.Duration {
+	if s.Concurrency != 1 || s.Verbose {
+		return 0
+	}
+	for _, p := range pings {
+		if p.Concurrency == 1 && p.is(roundTrip{}) && p.Calls > 0 && p.P50Ms < s.P50Ms {
+			return time.Duration((s.P50Ms - p.P50Ms) * float64(time.Millisecond))
+		}
+	}
+	return 0
 }
 
 // warmUpStatus runs untimed status load: the first calls after a start pay for cold caches and

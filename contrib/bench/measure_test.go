@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 )
 
 func TestForEachCallsEveryIndexOnce(t *testing.T) {
@@ -42,5 +43,27 @@ func TestForEachReturnsErrorsAndStops(t *testing.T) {
 	})
 	if !errors.Is(err, broken) || calls != 4 {
 		t.Errorf("forEach = %v after %d calls, want the error after 4 calls", err, calls)
+	}
+}
+
+func TestIdleGapIsTheQueryLessThePlainRoundTrip(t *testing.T) {
+	c1 := StatusSample{variant: variant{1, false}, P50Ms: 0.5}
+	pings := []PingSample{{Concurrency: 1, Idle: true, Calls: 10, P50Ms: 0.3}, {Concurrency: 1, Multiplexed: true, Calls: 10, P50Ms: 0.2},
+		{Concurrency: 16, Calls: 10, P50Ms: 0.05}, {Concurrency: 1, Calls: 10, P50Ms: 0.1}}
+	if got := idleGap(c1, pings); got != 400*time.Microsecond {
+		t.Errorf("gap = %v, want 0.5 - 0.1 ms of the plain c1 round trip", got)
+	}
+	for name, tc := range map[string]struct {
+		s     StatusSample
+		pings []PingSample
+	}{
+		"c16":                          {StatusSample{variant: variant{16, false}, P50Ms: 0.5}, pings},
+		"c1 verbose":                   {StatusSample{variant: variant{1, true}, P50Ms: 0.5}, pings},
+		"plain round trip not yet":     {c1, pings[:3]},
+		"round trip slower than (c)'s": {c1, []PingSample{{Concurrency: 1, Calls: 10, P50Ms: 0.6}}},
+	} {
+		if got := idleGap(tc.s, tc.pings); got != 0 {
+			t.Errorf("%s: gap = %v, want none", name, got)
+		}
 	}
 }
