@@ -70,7 +70,7 @@ func (in *instance) measureLifecycle(ctx context.Context, width, round int) (Lif
 		return sample, err
 	}
 	sample.summarize()
-	sample.NRI = hookLatencies(before.nri, afterRun.nri, beforeRemove.nri, after.nri)
+	sample.Hooks = hookLatencies(before.hooks, afterRun.hooks, beforeRemove.hooks, after.hooks)
 	sample.Bridge = bridgeTimingsSince(in.bridgeLog(), before.bridgeLogSize, n)
 	log.Printf("bench:   lifecycle c%d: RunPodSandbox p50 %.1f ms p99 %.1f ms; Stop+Remove p50 %.1f ms p99 %.1f ms (%d pods)",
 		width, sample.RunP50Ms, sample.RunP99Ms, sample.StopRemoveP50Ms, sample.StopRemoveP99Ms, n)
@@ -132,7 +132,7 @@ func (in *instance) profilePhase(ctx context.Context, round, width int, phase st
 
 // probes are the counters read around a lifecycle phase.
 type probes struct {
-	nri           nriLatencies // nil without a metrics endpoint
+	hooks         latencies // nil without a metrics endpoint
 	bridgeLogSize int64
 }
 
@@ -140,7 +140,7 @@ func (in *instance) lifecycleProbes(ctx context.Context) (probes, error) {
 	var p probes
 	if in.metricsAddress != "" {
 		var err error
-		if p.nri, err = fetchNRILatencies(ctx, in.metricsAddress); err != nil {
+		if p.hooks, err = fetchLatencies(ctx, in.metricsAddress); err != nil {
 			return p, err
 		}
 	}
@@ -167,14 +167,14 @@ func (s *LifecycleSample) summarize() {
 
 // hookLatencies returns the NRI plugin calls of the start phase (before..afterRun) and of the
 // removal phase (beforeRemove..after), per plugin and operation.
-func hookLatencies(before, afterRun, beforeRemove, after nriLatencies) []HookLatency {
+func hookLatencies(before, afterRun, beforeRemove, after latencies) []HookLatency {
 	if before == nil {
 		return nil
 	}
 	var hooks []HookLatency
 	for _, phase := range []struct {
 		name          string
-		from, through nriLatencies
+		from, through latencies
 	}{{"run", before, afterRun}, {"stop+remove", beforeRemove, after}} {
 		for _, d := range phase.through.since(phase.from) {
 			d.Phase = phase.name

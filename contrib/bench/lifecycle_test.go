@@ -8,7 +8,8 @@ import (
 	"time"
 )
 
-// containerd's metrics endpoint, trimmed: two plugins, buckets and other metrics ignored.
+// containerd's metrics endpoint, trimmed: an NRI plugin's two operations and CNI's setup of pods;
+// buckets and other metrics ignored.
 const metricsText = `# HELP containerd_nri_plugin_latency_seconds NRI plugin operation latency
 # TYPE containerd_nri_plugin_latency_seconds histogram
 containerd_nri_plugin_latency_seconds_bucket{operation="RunPodSandbox",plugin="10-bridge",le="0.005"} 3
@@ -17,38 +18,48 @@ containerd_nri_plugin_latency_seconds_count{operation="RunPodSandbox",plugin="10
 containerd_nri_plugin_latency_seconds_sum{operation="PodSandboxStatus",plugin="10-bridge"} 0.002
 containerd_nri_plugin_latency_seconds_count{operation="PodSandboxStatus",plugin="10-bridge"} 4
 containerd_nri_plugin_invocations_total{error="",operation="RunPodSandbox",plugin="10-bridge",status="success"} 4
+containerd_cri_network_plugin_operations_duration_seconds_seconds_bucket{operation_type="set_up_pod",le="0.025"} 2
+containerd_cri_network_plugin_operations_duration_seconds_seconds_sum{operation_type="set_up_pod"} 0.1
+containerd_cri_network_plugin_operations_duration_seconds_seconds_count{operation_type="set_up_pod"} 4
+containerd_cri_network_plugin_operations_total_total{operation_type="set_up_pod"} 4
 `
 
-func TestNRILatenciesAreDeltasPerPluginAndOperation(t *testing.T) {
-	before, err := parseNRILatencies(strings.NewReader(metricsText))
+func TestLatenciesAreDeltasPerPluginAndOperation(t *testing.T) {
+	before, err := parseLatencies(strings.NewReader(metricsText))
 	if err != nil {
 		t.Fatal(err)
 	}
-	after, err := parseNRILatencies(strings.NewReader(strings.NewReplacer(
+	after, err := parseLatencies(strings.NewReader(strings.NewReplacer(
 		`RunPodSandbox",plugin="10-bridge"} 0.03`, `RunPodSandbox",plugin="10-bridge"} 0.09`,
-		`RunPodSandbox",plugin="10-bridge"} 4`, `RunPodSandbox",plugin="10-bridge"} 10`).Replace(metricsText)))
+		`RunPodSandbox",plugin="10-bridge"} 4`, `RunPodSandbox",plugin="10-bridge"} 10`,
+		`set_up_pod"} 0.1`, `set_up_pod"} 0.3`, `set_up_pod"} 4`, `set_up_pod"} 14`).Replace(metricsText)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := after.since(before)
-	// 6 more calls taking 60 ms in all; PodSandboxStatus unchanged, so not listed.
-	if len(got) != 1 || got[0].Plugin != "10-bridge" || got[0].Operation != "RunPodSandbox" || got[0].Calls != 6 ||
-		math.Abs(got[0].MeanMs-10) > 1e-9 {
-		t.Errorf("since = %+v, want 6 RunPodSandbox calls of 10-bridge at 10 ms", got)
+	// 6 more calls taking 60 ms in all, 10 CNI setups taking 200 ms; PodSandboxStatus unchanged, so
+	// not listed.
+	if len(got) != 2 || got[0].Plugin != "10-bridge" || got[0].Operation != "RunPodSandbox" || got[0].Calls != 6 ||
+		math.Abs(got[0].MeanMs-10) > 1e-9 ||
+		got[1].Plugin != cniTimer || got[1].Operation != "set_up_pod" || got[1].Calls != 10 || math.Abs(got[1].MeanMs-20) > 1e-9 {
+		t.Errorf("since = %+v, want 6 RunPodSandbox calls of 10-bridge at 10 ms, then 10 CNI set_up_pod at 20 ms", got)
 	}
-	if _, err := parseNRILatencies(strings.NewReader(`containerd_nri_plugin_latency_seconds_sum{plugin="x"} 1` + "\n")); err == nil {
+	if got[1].step() != "CNI set_up_pod per pod, all plugins, untraced" || got[0].step() != "NRI RunPodSandbox of 10-bridge" {
+		t.Errorf("steps %q, %q", got[0].step(), got[1].step())
+	}
+	if _, err := parseLatencies(strings.NewReader(`containerd_nri_plugin_latency_seconds_sum{plugin="x"} 1` + "\n")); err == nil {
 		t.Error("a series without an operation label was accepted")
 	}
 }
 
 func TestHookLatenciesSplitThePhases(t *testing.T) {
-	k := nriKey{"10-bridge", "RunPodSandbox"}
-	s := nriKey{"10-bridge", "StopPodSandbox"}
-	st := nriKey{"10-bridge", "PodSandboxStatus"}
+	k := latencyKey{"10-bridge", "RunPodSandbox"}
+	s := latencyKey{"10-bridge", "StopPodSandbox"}
+	st := latencyKey{"10-bridge", "PodSandboxStatus"}
 	// Between the phases, the benchmark's own status queries: in neither phase.
-	afterRun := nriLatencies{k: {2, 0.01}}
-	beforeRemove := nriLatencies{k: {2, 0.01}, st: {2, 0.001}}
-	hooks := hookLatencies(nriLatencies{}, afterRun, beforeRemove, nriLatencies{k: {2, 0.01}, st: {2, 0.001}, s: {2, 0.004}})
+	afterRun := latencies{k: {2, 0.01}}
+	beforeRemove := latencies{k: {2, 0.01}, st: {2, 0.001}}
+	hooks := hookLatencies(latencies{}, afterRun, beforeRemove, latencies{k: {2, 0.01}, st: {2, 0.001}, s: {2, 0.004}})
 	if len(hooks) != 2 || hooks[0].Phase != "run" || hooks[0].Operation != "RunPodSandbox" ||
 		hooks[1].Phase != "stop+remove" || hooks[1].Operation != "StopPodSandbox" || math.Abs(hooks[1].MeanMs-2) > 1e-9 {
 		t.Errorf("hooks = %+v, want RunPodSandbox in run, StopPodSandbox (2 ms) in stop+remove, nothing else", hooks)

@@ -11,20 +11,37 @@ import (
 	"strings"
 )
 
-// nriLatencyMetric is containerd's histogram of NRI plugin calls (internal/nri/metrics.go), with
-// the labels plugin and operation, served on the metrics endpoint ([metrics] address).
-const nriLatencyMetric = "containerd_nri_plugin_latency_seconds"
+// latencyMetric is a histogram of containerd's metrics endpoint ([metrics] address) that the
+// lifecycle breakdown reads, and the labels that name a plugin and an operation in its series.
+type latencyMetric struct {
+	name           string
+	pluginLabel    string // "": every series is plugin's
+	plugin         string
+	operationLabel string
+}
 
-type nriKey struct{ plugin, operation string }
+// cniTimer names the CNI plugins of a pod's network together: containerd times a pod's CNI
+// setup and teardown as one operation, whatever plugins its conflist chains.
+const cniTimer = "CNI"
 
-// nriTotals are a histogram's count and sum of seconds.
-type nriTotals struct{ count, seconds float64 }
+var latencyMetrics = []latencyMetric{
+	// NRI plugin calls (internal/nri/metrics.go).
+	{name: "containerd_nri_plugin_latency_seconds", pluginLabel: "plugin", operationLabel: "operation"},
+	// CRI's CNI setup and teardown of a pod (internal/cri/server/metrics.go), without the
+	// cnitrace wrapper's own cost; go-metrics appends _seconds to the timer's name.
+	{name: "containerd_cri_network_plugin_operations_duration_seconds_seconds", plugin: cniTimer, operationLabel: "operation_type"},
+}
 
-// nriLatencies are the NRI plugin latency histograms at one moment, per plugin and operation.
-type nriLatencies map[nriKey]nriTotals
+type latencyKey struct{ plugin, operation string }
+
+// latencyTotals are a histogram's count and sum of seconds.
+type latencyTotals struct{ count, seconds float64 }
+
+// latencies are the latency histograms at one moment, per plugin and operation.
+type latencies map[latencyKey]latencyTotals
 
 // since returns the calls between from and l, per plugin and operation, in a stable order.
-func (l nriLatencies) since(from nriLatencies) []HookLatency {
+func (l latencies) since(from latencies) []HookLatency {
 	var hooks []HookLatency
 	for k, t := range l {
 		calls := t.count - from[k].count
@@ -40,8 +57,8 @@ func (l nriLatencies) since(from nriLatencies) []HookLatency {
 	return hooks
 }
 
-// fetchNRILatencies reads the NRI plugin latencies from containerd's metrics endpoint.
-func fetchNRILatencies(ctx context.Context, address string) (nriLatencies, error) {
+// fetchLatencies reads the latencyMetrics from containerd's metrics endpoint.
+func fetchLatencies(ctx context.Context, address string) (latencies, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+address+"/v1/metrics", nil)
 	if err != nil {
 		return nil, err
@@ -54,51 +71,53 @@ func fetchNRILatencies(ctx context.Context, address string) (nriLatencies, error
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("containerd metrics on %s: %s", address, resp.Status)
 	}
-	return parseNRILatencies(resp.Body)
+	return parseLatencies(resp.Body)
 }
 
-// parseNRILatencies reads the _count and _sum series of nriLatencyMetric from the Prometheus
-// text format.
-func parseNRILatencies(r io.Reader) (nriLatencies, error) {
-	l := nriLatencies{}
+// parseLatencies reads the _count and _sum series of the latencyMetrics from the Prometheus text
+// format.
+func parseLatencies(r io.Reader) (latencies, error) {
+	l := latencies{}
 	lines := bufio.NewScanner(r)
 	lines.Buffer(make([]byte, 0, 64*1024), 1024*1024)
 	for lines.Scan() {
 		line := lines.Text()
-		rest, ok := strings.CutPrefix(line, nriLatencyMetric+"_")
-		if !ok {
-			continue
+		for _, m := range latencyMetrics {
+			rest, ok := strings.CutPrefix(line, m.name+"_")
+			if !ok {
+				continue
+			}
+			series, labelsAndValue, ok := strings.Cut(rest, "{")
+			if !ok || (series != "count" && series != "sum") {
+				continue
+			}
+			labels, value, ok := strings.Cut(labelsAndValue, "} ")
+			if !ok {
+				return nil, fmt.Errorf("metrics line %q: no value", line)
+			}
+			v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+			if err != nil {
+				return nil, fmt.Errorf("metrics line %q: %w", line, err)
+			}
+			k, err := m.key(labels)
+			if err != nil {
+				return nil, fmt.Errorf("metrics line %q: %w", line, err)
+			}
+			t := l[k]
+			if series == "count" {
+				t.count = v
+			} else {
+				t.seconds = v
+			}
+			l[k] = t
 		}
-		series, labelsAndValue, ok := strings.Cut(rest, "{")
-		if !ok || (series != "count" && series != "sum") {
-			continue
-		}
-		labels, value, ok := strings.Cut(labelsAndValue, "} ")
-		if !ok {
-			return nil, fmt.Errorf("metrics line %q: no value", line)
-		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err != nil {
-			return nil, fmt.Errorf("metrics line %q: %w", line, err)
-		}
-		k, err := nriLabels(labels)
-		if err != nil {
-			return nil, fmt.Errorf("metrics line %q: %w", line, err)
-		}
-		t := l[k]
-		if series == "count" {
-			t.count = v
-		} else {
-			t.seconds = v
-		}
-		l[k] = t
 	}
 	return l, lines.Err()
 }
 
-// nriLabels reads the plugin and operation labels of a series (name="value",...).
-func nriLabels(labels string) (nriKey, error) {
-	var k nriKey
+// key reads the plugin and operation of a series from its labels (name="value",...).
+func (m latencyMetric) key(labels string) (latencyKey, error) {
+	k := latencyKey{plugin: m.plugin}
 	for labels != "" {
 		name, rest, ok := strings.Cut(labels, "=")
 		if !ok || !strings.HasPrefix(rest, `"`) {
@@ -110,9 +129,9 @@ func nriLabels(labels string) (nriKey, error) {
 		}
 		value := rest[1 : end+1]
 		switch name {
-		case "plugin":
+		case m.pluginLabel:
 			k.plugin = value
-		case "operation":
+		case m.operationLabel:
 			k.operation = value
 		}
 		labels = strings.TrimPrefix(rest[end+2:], ",")

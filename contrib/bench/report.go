@@ -130,20 +130,29 @@ type LifecycleSample struct {
 	RunP99Ms          float64   `json:"runP99Ms"`
 	StopRemoveP50Ms   float64   `json:"stopRemoveP50Ms"`
 	StopRemoveP99Ms   float64   `json:"stopRemoveP99Ms"`
-	// NRI are containerd's NRI plugin latencies during the pass (its metrics endpoint).
-	NRI []HookLatency `json:"nri,omitempty"`
+	// Hooks are containerd's NRI plugin and CNI latencies during the pass (its metrics endpoint).
+	Hooks []HookLatency `json:"hooks,omitempty"`
 	// Bridge is nri-bridge's own account of the pass (its log), CNI-less configurations only.
 	Bridge *BridgeTimings `json:"bridge,omitempty"`
 }
 
-// HookLatency is the mean latency of one NRI plugin's calls of one operation, as containerd
-// measured it (plugin_latency histogram), in one phase of a lifecycle pass.
+// HookLatency is the mean latency of one NRI plugin's calls of one operation, or of CNI's setup
+// or teardown of a pod (Plugin cniTimer), as containerd measured it (its latency histograms), in
+// one phase of a lifecycle pass.
 type HookLatency struct {
 	Phase     string  `json:"phase"` // "run" or "stop+remove"
 	Plugin    string  `json:"plugin"`
 	Operation string  `json:"operation"`
 	Calls     int     `json:"calls"`
 	MeanMs    float64 `json:"meanMs"`
+}
+
+// step names the hook in the breakdown.
+func (h HookLatency) step() string {
+	if h.Plugin == cniTimer {
+		return "CNI " + h.Operation + " per pod, all plugins, untraced"
+	}
+	return "NRI " + h.Operation + " of " + h.Plugin
 }
 
 // BridgeTimings are the mean durations of nri-bridge's steps, from its log: storing the

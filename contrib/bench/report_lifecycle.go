@@ -106,8 +106,8 @@ func (r *report) lifecycleSteps() []StepSummary {
 	}
 	for _, run := range r.Runs {
 		for _, s := range run.Lifecycle {
-			for _, h := range s.NRI {
-				add(key{run.Config, s.Concurrency, h.Phase, "NRI " + h.Operation + " of " + h.Plugin, "containerd metrics"},
+			for _, h := range s.Hooks {
+				add(key{run.Config, s.Concurrency, h.Phase, h.step(), "containerd metrics"},
 					run.Round, float64(h.Calls)/float64(s.Pods), h.MeanMs)
 			}
 			if b := s.Bridge; b != nil && b.Error == "" {
