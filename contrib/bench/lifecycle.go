@@ -24,7 +24,8 @@ var lifecycleWidths = []int{1, 8}
 // measureLifecycle starts -lifecycle-pods new pods, width at a time, timing each RunPodSandbox,
 // checks that each is READY with an IP, then stops and removes them, width at a time, timing each
 // StopPodSandbox + RemovePodSandbox. Around the two phases it reads what the configuration
-// exposes about where the time goes: containerd's NRI plugin latencies, nri-bridge's own timings.
+// exposes about where the time goes: containerd's NRI plugin and CNI latencies, nri-bridge's own
+// timings.
 func (in *instance) measureLifecycle(ctx context.Context, width, round int) (LifecycleSample, error) {
 	n := in.s.LifecyclePods
 	sample := LifecycleSample{Concurrency: width, Pods: n}
@@ -165,8 +166,8 @@ func (s *LifecycleSample) summarize() {
 	s.StopRemoveP50Ms, s.StopRemoveP99Ms = percentile(s.StopRemoveMs, 0.5), percentile(s.StopRemoveMs, 0.99)
 }
 
-// hookLatencies returns the NRI plugin calls of the start phase (before..afterRun) and of the
-// removal phase (beforeRemove..after), per plugin and operation.
+// hookLatencies returns the NRI plugin calls and CNI operations of the start phase
+// (before..afterRun) and of the removal phase (beforeRemove..after), per plugin and operation.
 func hookLatencies(before, afterRun, beforeRemove, after latencies) []HookLatency {
 	if before == nil {
 		return nil

@@ -44,7 +44,7 @@ func TestLatenciesAreDeltasPerPluginAndOperation(t *testing.T) {
 		got[1].Plugin != cniTimer || got[1].Operation != "set_up_pod" || got[1].Calls != 10 || math.Abs(got[1].MeanMs-20) > 1e-9 {
 		t.Errorf("since = %+v, want 6 RunPodSandbox calls of 10-bridge at 10 ms, then 10 CNI set_up_pod at 20 ms", got)
 	}
-	if got[1].step() != "CNI set_up_pod per pod, all plugins, untraced" || got[0].step() != "NRI RunPodSandbox of 10-bridge" {
+	if got[1].step() != "CNI set_up_pod per call, all plugins (containerd's timer)" || got[0].step() != "NRI RunPodSandbox of 10-bridge" {
 		t.Errorf("steps %q, %q", got[0].step(), got[1].step())
 	}
 	if _, err := parseLatencies(strings.NewReader(`containerd_nri_plugin_latency_seconds_sum{plugin="x"} 1` + "\n")); err == nil {

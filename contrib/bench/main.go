@@ -31,8 +31,8 @@
 //     back to back, over NRI's multiplexer and, at c1, after an idle gap.
 //   - lifecycle (a, b, g, h, i, u): RunPodSandbox, then StopPodSandbox + RemovePodSandbox, of
 //     -lifecycle-pods new pods at concurrency 1 and 8, with where the time goes: NRI plugin
-//     latencies (containerd's metrics), nri-bridge's steps (its log), CNI plugin executions
-//     (a traced pass through contrib/bench/cnitrace).
+//     and CNI latencies (containerd's metrics), nri-bridge's steps (its log), CNI plugin
+//     executions (a traced pass through contrib/bench/cnitrace).
 //   - paired (b, g and u against a, in every round after the configurations): both daemons run
 //     at once and the lifecycle (and for b and u the status) measurement alternates between them
 //     (paired.go), so that the machine's drift over minutes, which the rounds see, cancels out.

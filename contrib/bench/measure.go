@@ -59,7 +59,8 @@ type instance struct {
 	podConfigs []*criruntime.PodSandboxConfig
 	// debugSocket serves the daemon's pprof handlers when profiles are wanted (-profile).
 	debugSocket string
-	// metricsAddress is the daemon's metrics endpoint (host:port), where NRI's plugin latencies are.
+	// metricsAddress is the daemon's metrics endpoint (host:port), where its NRI plugin and CNI
+	// latencies are.
 	metricsAddress string
 	cni            *cniBinDir // nil for CNI-less configurations
 	// quietWaits are the waits for a quiet machine of the current run (settle).

@@ -15,7 +15,7 @@ import (
 // lifecycle breakdown reads, and the labels that name a plugin and an operation in its series.
 type latencyMetric struct {
 	name           string
-	pluginLabel    string // "": every series is plugin's
+	pluginLabel    string // "": the series have no plugin label and are all plugin's
 	plugin         string
 	operationLabel string
 }
@@ -27,8 +27,8 @@ const cniTimer = "CNI"
 var latencyMetrics = []latencyMetric{
 	// NRI plugin calls (internal/nri/metrics.go).
 	{name: "containerd_nri_plugin_latency_seconds", pluginLabel: "plugin", operationLabel: "operation"},
-	// CRI's CNI setup and teardown of a pod (internal/cri/server/metrics.go), without the
-	// cnitrace wrapper's own cost; go-metrics appends _seconds to the timer's name.
+	// CRI's CNI setup and teardown of a pod (internal/cri/server/metrics.go); go-metrics appends
+	// _seconds to the timer's name.
 	{name: "containerd_cri_network_plugin_operations_duration_seconds_seconds", plugin: cniTimer, operationLabel: "operation_type"},
 }
 
@@ -110,6 +110,7 @@ func parseLatencies(r io.Reader) (latencies, error) {
 				t.seconds = v
 			}
 			l[k] = t
+			break
 		}
 	}
 	return l, lines.Err()

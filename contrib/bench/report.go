@@ -150,7 +150,7 @@ type HookLatency struct {
 // step names the hook in the breakdown.
 func (h HookLatency) step() string {
 	if h.Plugin == cniTimer {
-		return "CNI " + h.Operation + " per pod, all plugins, untraced"
+		return "CNI " + h.Operation + " per call, all plugins (containerd's timer)"
 	}
 	return "NRI " + h.Operation + " of " + h.Plugin
 }

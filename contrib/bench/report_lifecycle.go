@@ -86,8 +86,8 @@ type StepSummary struct {
 }
 
 // lifecycleSteps collects, per configuration, the parts of a pod's start and removal the
-// benchmark can see: NRI plugin calls (containerd's metrics), nri-bridge's steps (its log) and
-// CNI plugin executions (cnitrace).
+// benchmark can see: NRI plugin calls and CNI operations (containerd's metrics), nri-bridge's
+// steps (its log) and CNI plugin executions (cnitrace).
 func (r *report) lifecycleSteps() []StepSummary {
 	type key struct {
 		config      string
