@@ -69,7 +69,7 @@ func TestCPUSummariesShowQueriesAndRoundTripsOncePerConcurrency(t *testing.T) {
 	}
 	for _, run := range r.Runs[2:] {
 		run.Status[0].CPU.Plugins = 40
-		run.Ping = []PingSample{{Concurrency: 1, Idle: true, IdleGapMs: 0.5, Calls: 10, CPU: CPUPerCall{Plugins: 70, Client: 80}},
+		run.Ping = []PingSample{{Concurrency: 1, IdleGapMs: 0.5, Calls: 10, CPU: CPUPerCall{Plugins: 70, Client: 80}},
 			{Concurrency: 1, Calls: 10, CPU: CPUPerCall{Plugins: 20, Client: 30}},
 			{Concurrency: 1, Multiplexed: true, Calls: 10, CPU: CPUPerCall{Plugins: 25, Client: 35}},
 			{Concurrency: 16, Calls: 10, CPU: CPUPerCall{Plugins: 1}}}

@@ -170,7 +170,7 @@ func TestStatusOverheadIsBeyondUpstreamAndTheRoundTrip(t *testing.T) {
 	for i, ping := range []float64{0.25, 0.05, 0.15} {
 		// The multiplexed round trip and the one after an idle gap are shown, never subtracted
 		// by the target: they are not the floor. Listed first, they must not be taken for it.
-		r.Runs[3+i].Ping = []PingSample{{Concurrency: 1, Idle: true, IdleGapMs: 0.5, Calls: 10, P50Ms: ping + 0.05},
+		r.Runs[3+i].Ping = []PingSample{{Concurrency: 1, IdleGapMs: 0.5, Calls: 10, P50Ms: ping + 0.05},
 			{Concurrency: 1, Multiplexed: true, Calls: 10, P50Ms: 10}, {Concurrency: 1, Calls: 10, P50Ms: ping}}
 	}
 	for _, run := range r.Runs { // c1 verbose: the plain round trip applies, the idle one's gap does not

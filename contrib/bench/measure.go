@@ -348,7 +348,7 @@ func (in *instance) measurePing(ctx context.Context, p *runningPlugin, width int
 		go func() {
 			defer wg.Done()
 			for errs[w] == nil && time.Now().Before(deadline) {
-				for idle := time.Now(); rt.idle && time.Since(idle) < gap; {
+				for idle := time.Now(); time.Since(idle) < gap; {
 				}
 				start := time.Now()
 				if errs[w] = client.Ping(ctx); errs[w] == nil {
@@ -366,7 +366,7 @@ func (in *instance) measurePing(ctx context.Context, p *runningPlugin, width int
 		return PingSample{}, err
 	}
 	all := slices.Concat(latencies...)
-	sample := PingSample{Concurrency: width, Multiplexed: rt.multiplexed, Idle: rt.idle, IdleGapMs: float64(gap) / float64(time.Millisecond),
+	sample := PingSample{Concurrency: width, Multiplexed: rt.multiplexed, IdleGapMs: float64(gap) / float64(time.Millisecond),
 		Calls: len(all), P50Ms: percentileMs(all, 0.5), P99Ms: percentileMs(all, 0.99), CPU: cpuBefore.perCall(cpuAfter, len(all))}
 	log.Printf("bench:   %s round trip to plugin %s-%s, c%d (idle gap %.3f ms): %d calls, p50 %.3f ms, p99 %.3f ms, CPU/call µs: plugin %.0f, client %.0f",
 		rt, p.spec.Index, p.spec.Name, width, sample.IdleGapMs, sample.Calls, sample.P50Ms, sample.P99Ms, sample.CPU.Plugins, sample.CPU.Client)

@@ -48,7 +48,7 @@ func TestForEachReturnsErrorsAndStops(t *testing.T) {
 
 func TestIdleGapIsTheQueryLessThePlainRoundTrip(t *testing.T) {
 	c1 := StatusSample{variant: variant{1, false}, P50Ms: 0.5}
-	pings := []PingSample{{Concurrency: 1, Idle: true, Calls: 10, P50Ms: 0.3}, {Concurrency: 1, Multiplexed: true, Calls: 10, P50Ms: 0.2},
+	pings := []PingSample{{Concurrency: 1, IdleGapMs: 0.4, Calls: 10, P50Ms: 0.3}, {Concurrency: 1, Multiplexed: true, Calls: 10, P50Ms: 0.2},
 		{Concurrency: 16, Calls: 10, P50Ms: 0.05}, {Concurrency: 1, Calls: 10, P50Ms: 0.1}}
 	if got := idleGap(c1, pings); got != 400*time.Microsecond {
 		t.Errorf("gap = %v, want 0.5 - 0.1 ms of the plain c1 round trip", got)

@@ -81,9 +81,8 @@ type PingSample struct {
 	Concurrency int `json:"concurrency"`
 	// Multiplexed is a round trip over NRI's multiplexer, as containerd reaches its plugins.
 	Multiplexed bool `json:"multiplexed"`
-	// Idle is a round trip after an idle gap of IdleGapMs before each call, which each caller
-	// spent busy-waiting.
-	Idle      bool       `json:"idle,omitempty"`
+	// IdleGapMs, when set, makes this a round trip after an idle gap that long before each call,
+	// which each caller spent busy-waiting.
 	IdleGapMs float64    `json:"idleGapMs,omitempty"`
 	Calls     int        `json:"calls"`
 	P50Ms     float64    `json:"p50Ms"`
@@ -115,7 +114,7 @@ func (rt roundTrip) String() string {
 }
 
 func (p PingSample) is(rt roundTrip) bool {
-	return p.Multiplexed == rt.multiplexed && p.Idle == rt.idle
+	return p.Multiplexed == rt.multiplexed && (p.IdleGapMs > 0) == rt.idle
 }
 
 // LifecycleSample is one pass of pod starts and removals at one concurrency.
