@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
@@ -396,6 +397,16 @@ func TestCNILessRestartsKeepAllocations(t *testing.T) {
 		if slices.Contains(ipsA, ip) || slices.Contains(ipsB, ip) {
 			t.Errorf("new pod %s got %s, which pods %s %v and %s %v still hold", c.id, ip, a.id, ipsA, b.id, ipsB)
 		}
+	}
+
+	// A pod started before the restart goes with its network namespace: the restarted
+	// containerd finds the namespace in the pod's persisted record.
+	netns := podNetNSPath(t, n.ctx, n.h, a.id)
+	if err := n.h.RemovePod(n.ctx, a.id); err != nil {
+		t.Fatalf("remove pod %s after the restart: %v", a.id, err)
+	}
+	if _, err := os.Stat(netns); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("pod %s removed after the restart: its network namespace %s is left (stat: %v)", a.id, netns, err)
 	}
 }
 
