@@ -25,7 +25,8 @@ const (
 type QuietWait struct {
 	Phase   string  `json:"phase"`
 	Seconds float64 `json:"seconds"`
-	// Quiet is false when the machine was still busy after quietLimit: the phase ran anyway.
+	// Quiet is false when the machine was not quiet for quietWindows windows in a row within
+	// quietLimit: the phase ran anyway.
 	Quiet bool `json:"quiet"`
 	// Busy is the share of all CPUs busy in the last window.
 	Busy float64 `json:"busy"`
@@ -104,7 +105,8 @@ func (in *instance) settle(ctx context.Context, phase string) error {
 	}
 	wait.Seconds = time.Since(start).Seconds()
 	if !wait.Quiet {
-		log.Printf("bench:   %s: the machine is still busy (%.0f%% of the CPUs) after %s; measuring anyway", phase, 100*wait.Busy, quietLimit)
+		log.Printf("bench:   %s: the machine was not quiet for %d windows in a row within %s (the last window: %.0f%% of the CPUs busy); measuring anyway",
+			phase, quietWindows, quietLimit, 100*wait.Busy)
 	}
 	in.quietWaits = append(in.quietWaits, wait)
 	return nil

@@ -648,7 +648,7 @@ func (r *report) printQuietWaits(out io.Writer) {
 		for _, w := range quietWaits {
 			waits = append(waits, w.Seconds)
 			if !w.Quiet {
-				busy = append(busy, fmt.Sprintf("(%s) round %d %s at %.0f%%", config, round, w.Phase, 100*w.Busy))
+				busy = append(busy, fmt.Sprintf("(%s) round %d %s (last window %.0f%%)", config, round, w.Phase, 100*w.Busy))
 			}
 		}
 	}
@@ -667,7 +667,7 @@ func (r *report) printQuietWaits(out io.Writer) {
 		fmt.Fprintln(out, "; every phase started on a quiet machine.")
 		return
 	}
-	fmt.Fprintf(out, "; still busy after %s, measured anyway: %s.\n", quietLimit, strings.Join(busy, ", "))
+	fmt.Fprintf(out, "; not quiet within %s, measured anyway: %s.\n", quietLimit, strings.Join(busy, ", "))
 }
 
 func (r *report) printStatus(out io.Writer) {
