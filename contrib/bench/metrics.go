@@ -15,7 +15,7 @@ import (
 // lifecycle breakdown reads, and the labels that name a plugin and an operation in its series.
 type latencyMetric struct {
 	name           string
-	pluginLabel    string // "": the series have no plugin label and are all plugin's
+	pluginLabel    string // "": the series have no plugin label and are attributed to plugin
 	plugin         string
 	operationLabel string
 }
