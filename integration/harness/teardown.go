@@ -272,7 +272,7 @@ func deleteLink(name string) error {
 }
 
 // deleteNRIBridgeTable deletes the nftables table that an nri-bridge on the instance's bridge
-// keeps for hostPorts and masquerade (cmd/nri-bridge names it nri-bridge-<bridge>).
+// keeps for hostPorts and masquerade (internal/nribridge/firewall names it nri-bridge-<bridge>).
 func deleteNRIBridgeTable(bridge string) error {
 	if bridge == "" {
 		return nil

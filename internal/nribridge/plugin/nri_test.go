@@ -1,4 +1,4 @@
-package main
+package plugin
 
 import (
 	"bufio"
@@ -16,6 +16,8 @@ import (
 
 	nri "github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
+
+	"github.com/knext-dev/knext/internal/nribridge/config"
 )
 
 // The fake runtime is this test binary re-executed: a process that embeds NRI's adaptation as a
@@ -36,7 +38,7 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	if launchedByRuntime() {
-		if err := run(context.Background(), &configFlags{}, "", "", ""); err != nil {
+		if err := Run(context.Background(), Options{Flags: &config.Flags{}}); err != nil {
 			os.Exit(1)
 		}
 		os.Exit(0)

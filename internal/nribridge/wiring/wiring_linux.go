@@ -1,6 +1,11 @@
-package main
+// Package wiring connects pods to the node: a Linux bridge with the pools' gateways, and for
+// each pod a veth pair between its network namespace and the bridge, with its addresses and
+// default routes, all through netlink.
+package wiring
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -10,42 +15,55 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/knext-dev/knext/internal/nribridge/config"
+	"github.com/knext-dev/knext/internal/nribridge/store"
 )
 
-// bridgeNetwork wires pods to a Linux bridge with veth pairs through netlink.
-type bridgeNetwork struct {
-	settings *settings
+// HostVethPrefix starts the host-side name of every pod veth.
+const HostVethPrefix = "nbr"
+
+// HostVethName derives a stable interface name from the sandbox ID (sandbox IDs are too long
+// for IFNAMSIZ).
+func HostVethName(sandboxID string) string {
+	sum := sha256.Sum256([]byte(sandboxID))
+	return HostVethPrefix + hex.EncodeToString(sum[:])[:config.MaxIfNameLen-len(HostVethPrefix)]
+}
+
+// Network wires pods to a Linux bridge with veth pairs through netlink.
+type Network struct {
+	settings *config.Settings
 	bridgeMu sync.Mutex // pods started concurrently must not race creating the bridge
 	// bridge is the bridge as ensureBridge last left it (gateways set, up), nil until then and
 	// after a pod's wiring failed: the bridge is set up once, not for every pod.
 	bridge netlink.Link
 }
 
-// newHostNetwork refuses settings whose subnets the host already routes elsewhere.
-func newHostNetwork(s *settings) (podNetwork, error) {
+// New refuses settings whose subnets the host already routes elsewhere.
+func New(s *config.Settings) (*Network, error) {
 	routes, err := hostRoutes()
 	if err != nil {
 		return nil, err
 	}
-	if err := s.checkHostOverlap(routes); err != nil {
+	if err := s.CheckHostOverlap(routes); err != nil {
 		return nil, err
 	}
-	return &bridgeNetwork{settings: s}, nil
+	return &Network{settings: s}, nil
 }
 
-// hostRoutes lists the host's routes in the main table, for checkHostOverlap.
-func hostRoutes() ([]hostRoute, error) {
+// hostRoutes lists the host's routes in the main table, for Settings.CheckHostOverlap.
+func hostRoutes() ([]config.HostRoute, error) {
 	routes, err := netlink.RouteList(nil, netlink.FAMILY_ALL)
 	if err != nil {
 		return nil, fmt.Errorf("listing host routes: %w", err)
 	}
 	names := map[int]string{}
-	var result []hostRoute
+	var result []config.HostRoute
 	for _, r := range routes {
 		if r.Dst == nil {
 			continue
 		}
-		dst, ok := prefixFromIPNet(r.Dst)
+		dst, ok := PrefixOf(r.Dst)
 		if !ok {
 			continue
 		}
@@ -55,12 +73,13 @@ func hostRoutes() ([]hostRoute, error) {
 				names[r.LinkIndex] = link.Attrs().Name
 			}
 		}
-		result = append(result, hostRoute{dst: dst, dev: names[r.LinkIndex]})
+		result = append(result, config.HostRoute{Dst: dst, Dev: names[r.LinkIndex]})
 	}
 	return result, nil
 }
 
-func prefixFromIPNet(n *net.IPNet) (netip.Prefix, bool) {
+// PrefixOf is the prefix of a netlink address or route destination.
+func PrefixOf(n *net.IPNet) (netip.Prefix, bool) {
 	addr, ok := netip.AddrFromSlice(n.IP)
 	if !ok {
 		return netip.Prefix{}, false
@@ -69,14 +88,15 @@ func prefixFromIPNet(n *net.IPNet) (netip.Prefix, bool) {
 	return netip.PrefixFrom(addr.Unmap(), ones), true
 }
 
-func ipNet(p netip.Prefix) *net.IPNet {
+// IPNet is a prefix as netlink takes it.
+func IPNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
-// netlinkAddr is an address to set; IPv6 skips duplicate address detection because the store
+// NetlinkAddr is an address to set; IPv6 skips duplicate address detection because the store
 // guarantees uniqueness and DAD would keep the address unusable ("tentative") for a second or two.
-func netlinkAddr(p netip.Prefix) *netlink.Addr {
-	addr := &netlink.Addr{IPNet: ipNet(p)}
+func NetlinkAddr(p netip.Prefix) *netlink.Addr {
+	addr := &netlink.Addr{IPNet: IPNet(p)}
 	if p.Addr().Is6() {
 		addr.Flags = unix.IFA_F_NODAD
 	}
@@ -84,7 +104,7 @@ func netlinkAddr(p netip.Prefix) *netlink.Addr {
 }
 
 // ensuredBridge returns the bridge, ensuring it the first time and after forgetBridge.
-func (n *bridgeNetwork) ensuredBridge() (netlink.Link, error) {
+func (n *Network) ensuredBridge() (netlink.Link, error) {
 	n.bridgeMu.Lock()
 	defer n.bridgeMu.Unlock()
 	if n.bridge == nil {
@@ -98,18 +118,18 @@ func (n *bridgeNetwork) ensuredBridge() (netlink.Link, error) {
 }
 
 // forgetBridge makes the next ensuredBridge check and repair the bridge again.
-func (n *bridgeNetwork) forgetBridge() {
+func (n *Network) forgetBridge() {
 	n.bridgeMu.Lock()
 	defer n.bridgeMu.Unlock()
 	n.bridge = nil
 }
 
 // ensureBridge creates the bridge if missing, puts the gateway addresses on it and brings it up.
-func (n *bridgeNetwork) ensureBridge() (netlink.Link, error) {
-	name := n.settings.bridge
+func (n *Network) ensureBridge() (netlink.Link, error) {
+	name := n.settings.Bridge
 	link, err := netlink.LinkByName(name)
 	if errors.As(err, &netlink.LinkNotFoundError{}) {
-		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name, MTU: n.settings.mtu}}
+		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name, MTU: n.settings.MTU}}
 		if err := netlink.LinkAdd(br); err != nil && !errors.Is(err, unix.EEXIST) {
 			return nil, fmt.Errorf("creating bridge %s: %w", name, err)
 		}
@@ -121,9 +141,9 @@ func (n *bridgeNetwork) ensureBridge() (netlink.Link, error) {
 	if link.Type() != "bridge" {
 		return nil, fmt.Errorf("bridge %s: the existing interface is a %s, not a bridge", name, link.Type())
 	}
-	for _, p := range n.settings.pools {
-		if err := netlink.AddrReplace(link, netlinkAddr(p.gatewayPrefix())); err != nil {
-			return nil, fmt.Errorf("bridge %s: setting gateway address %s: %w", name, p.gatewayPrefix(), err)
+	for _, p := range n.settings.Pools {
+		if err := netlink.AddrReplace(link, NetlinkAddr(p.GatewayPrefix())); err != nil {
+			return nil, fmt.Errorf("bridge %s: setting gateway address %s: %w", name, p.GatewayPrefix(), err)
 		}
 	}
 	if err := netlink.LinkSetUp(link); err != nil {
@@ -132,12 +152,12 @@ func (n *bridgeNetwork) ensureBridge() (netlink.Link, error) {
 	return link, nil
 }
 
-// setup gives the pod its network: lo up, the pod interface (the peer of alloc.HostVeth, attached
+// Setup gives the pod its network: lo up, the pod interface (the peer of alloc.HostVeth, attached
 // to the bridge) with the allocated addresses and, unless it is a secondary interface, default
 // routes through the gateways. Replaying it for a pod that is already set up changes nothing. The
 // bridge is checked and repaired only when it was never ensured, or when wiring fails (it may have
 // been deleted or changed meanwhile): then once more after repairing it.
-func (n *bridgeNetwork) setup(alloc *allocation) error {
+func (n *Network) Setup(alloc *store.Allocation) error {
 	bridge, err := n.ensuredBridge()
 	if err != nil {
 		return err
@@ -153,8 +173,8 @@ func (n *bridgeNetwork) setup(alloc *allocation) error {
 }
 
 // wire connects the pod's netns to bridge.
-func (n *bridgeNetwork) wire(alloc *allocation, bridge netlink.Link) error {
-	podIfName := n.settings.podInterface
+func (n *Network) wire(alloc *store.Allocation, bridge netlink.Link) error {
+	podIfName := n.settings.PodInterface
 	ns, err := netns.GetFromPath(alloc.NetNS)
 	if err != nil {
 		return fmt.Errorf("opening network namespace %s: %w", alloc.NetNS, err)
@@ -175,27 +195,27 @@ func (n *bridgeNetwork) wire(alloc *allocation, bridge netlink.Link) error {
 		return err
 	}
 	for _, addr := range alloc.Addrs {
-		if err := podNL.AddrReplace(podVeth, netlinkAddr(addr)); err != nil {
+		if err := podNL.AddrReplace(podVeth, NetlinkAddr(addr)); err != nil {
 			return fmt.Errorf("setting address %s on %s in %s: %w", addr, podIfName, alloc.NetNS, err)
 		}
 	}
 	if err := podNL.LinkSetUp(podVeth); err != nil {
 		return fmt.Errorf("setting %s up in %s: %w", podIfName, alloc.NetNS, err)
 	}
-	for _, p := range n.settings.defaultRoutePools() {
-		if !hasAddrIn(alloc.Addrs, p.subnet) {
+	for _, p := range n.settings.DefaultRoutePools() {
+		if !hasAddrIn(alloc.Addrs, p.Subnet) {
 			continue
 		}
 		route := &netlink.Route{
 			LinkIndex: podVeth.Attrs().Index,
-			Dst:       ipNet(netip.PrefixFrom(netip.IPv6Unspecified(), 0)),
-			Gw:        p.gateway.AsSlice(),
+			Dst:       IPNet(netip.PrefixFrom(netip.IPv6Unspecified(), 0)),
+			Gw:        p.Gateway.AsSlice(),
 		}
-		if p.gateway.Is4() {
-			route.Dst = ipNet(netip.PrefixFrom(netip.IPv4Unspecified(), 0))
+		if p.Gateway.Is4() {
+			route.Dst = IPNet(netip.PrefixFrom(netip.IPv4Unspecified(), 0))
 		}
 		if err := podNL.RouteReplace(route); err != nil {
-			return fmt.Errorf("setting default route via %s in %s: %w", p.gateway, alloc.NetNS, err)
+			return fmt.Errorf("setting default route via %s in %s: %w", p.Gateway, alloc.NetNS, err)
 		}
 	}
 	return nil
@@ -216,8 +236,8 @@ func hasAddrIn(addrs []netip.Prefix, subnet netip.Prefix) bool {
 // ensureVeth returns the pod end of the pod's veth pair, whose host end is up and attached to
 // bridge, creating the pair (the pod interface directly inside the pod netns) when the pod has no
 // such interface yet.
-func (n *bridgeNetwork) ensureVeth(podNL *netlink.Handle, ns netns.NsHandle, bridge netlink.Link, alloc *allocation) (netlink.Link, error) {
-	podIfName := n.settings.podInterface
+func (n *Network) ensureVeth(podNL *netlink.Handle, ns netns.NsHandle, bridge netlink.Link, alloc *store.Allocation) (netlink.Link, error) {
+	podIfName := n.settings.PodInterface
 	pod, err := podNL.LinkByName(podIfName)
 	if err == nil { // a replay: check the pair, attach and bring up its host end again
 		host, err := netlink.LinkByName(alloc.HostVeth)
@@ -241,7 +261,7 @@ func (n *bridgeNetwork) ensureVeth(podNL *netlink.Handle, ns netns.NsHandle, bri
 		return &netlink.Veth{
 			LinkAttrs: netlink.LinkAttrs{
 				Name:        alloc.HostVeth,
-				MTU:         n.settings.mtu,
+				MTU:         n.settings.MTU,
 				MasterIndex: bridge.Attrs().Index,
 				Flags:       net.FlagUp,
 			},
@@ -252,7 +272,7 @@ func (n *bridgeNetwork) ensureVeth(podNL *netlink.Handle, ns netns.NsHandle, bri
 	err = netlink.LinkAdd(veth())
 	if errors.Is(err, unix.EEXIST) {
 		// A host end without its peer is left over from an interrupted setup: replace it.
-		if err = n.deleteHostVeth(alloc.HostVeth); err == nil {
+		if err = DeleteHostVeth(alloc.HostVeth); err == nil {
 			err = netlink.LinkAdd(veth())
 		}
 	}
@@ -265,26 +285,28 @@ func (n *bridgeNetwork) ensureVeth(podNL *netlink.Handle, ns netns.NsHandle, bri
 	return pod, nil
 }
 
-// detach takes the pod's host veth off the bridge: one request, unlike its deletion. Nothing to
+// Detach takes the pod's host veth off the bridge: one request, unlike its deletion. Nothing to
 // do when the veth is already gone, e.g. because the pod's netns was destroyed.
-func (n *bridgeNetwork) detach(alloc *allocation) error {
+func (n *Network) Detach(alloc *store.Allocation) error {
 	link, err := hostVeth(alloc.HostVeth, "detach")
 	if link == nil || err != nil {
 		return err
 	}
 	if err := netlink.LinkSetNoMaster(link); err != nil && !gone(err) {
-		return fmt.Errorf("detaching %s from bridge %s: %w", alloc.HostVeth, n.settings.bridge, err)
+		return fmt.Errorf("detaching %s from bridge %s: %w", alloc.HostVeth, n.settings.Bridge, err)
 	}
 	return nil
 }
 
-// teardown removes the pod's veth pair (deleting the host end deletes the pod interface too).
+// Teardown removes the pod's veth pair (deleting the host end deletes the pod interface too).
 // Nothing to do when the pair is already gone.
-func (n *bridgeNetwork) teardown(alloc *allocation) error {
-	return n.deleteHostVeth(alloc.HostVeth)
+func (n *Network) Teardown(alloc *store.Allocation) error {
+	return DeleteHostVeth(alloc.HostVeth)
 }
 
-func (n *bridgeNetwork) deleteHostVeth(name string) error {
+// DeleteHostVeth deletes the host end of a pod's veth pair, which deletes the pod's end too.
+// Nothing to do when it is already gone.
+func DeleteHostVeth(name string) error {
 	link, err := hostVeth(name, "delete")
 	if link == nil || err != nil {
 		return err
@@ -314,4 +336,22 @@ func hostVeth(name, what string) (netlink.Link, error) {
 // gone tells whether a netlink error says that the interface no longer exists.
 func gone(err error) bool {
 	return errors.As(err, &netlink.LinkNotFoundError{}) || errors.Is(err, unix.ENODEV)
+}
+
+// DeleteBridge deletes the bridge (which detaches what is still attached to it) and tells
+// whether there was one. An interface of that name that is not a bridge is left alone.
+func DeleteBridge(name string) (bool, error) {
+	link, err := netlink.LinkByName(name)
+	switch {
+	case errors.As(err, &netlink.LinkNotFoundError{}):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("bridge %s: %w", name, err)
+	case link.Type() != "bridge":
+		return false, fmt.Errorf("bridge %s: the existing interface is a %s, not a bridge: left alone", name, link.Type())
+	}
+	if err := netlink.LinkDel(link); err != nil {
+		return false, fmt.Errorf("deleting bridge %s: %w", name, err)
+	}
+	return true, nil
 }

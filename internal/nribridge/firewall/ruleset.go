@@ -1,4 +1,6 @@
-package main
+// Package firewall is nri-bridge's packet filter: one nftables table of its own for the pods'
+// hostPorts and their masquerade, built from the store and the configuration.
+package firewall
 
 import (
 	"fmt"
@@ -7,6 +9,10 @@ import (
 	"strings"
 
 	"github.com/google/nftables/expr"
+
+	"github.com/knext-dev/knext/internal/nribridge/config"
+	"github.com/knext-dev/knext/internal/nribridge/hostport"
+	"github.com/knext-dev/knext/internal/nribridge/store"
 )
 
 // The host side of hostPorts and egress is one nftables table of the inet family that belongs
@@ -16,21 +22,21 @@ import (
 // This file builds the table's content from the configuration and the pods (pure, unit-tested);
 // nftables_linux.go turns it into netlink messages and applies it.
 
-// tableName is the nftables table of the nri-bridge instance that owns bridge: one per bridge,
+// TableName is the nftables table of the nri-bridge instance that owns bridge: one per bridge,
 // so instances on different bridges never touch each other's rules.
-func tableName(bridge string) string {
+func TableName(bridge string) string {
 	return "nri-bridge-" + bridge
 }
 
-// publishedPod is what the rules need of a pod: its addresses and the ports it publishes.
-type publishedPod struct {
-	pod   podRef
-	addrs []netip.Prefix
-	ports []portMapping
+// PublishedPod is what the rules need of a pod: its addresses and the ports it publishes.
+type PublishedPod struct {
+	Pod   store.PodRef
+	Addrs []netip.Prefix
+	Ports []hostport.Mapping
 }
 
-// ruleset is the content of the table, and the host settings it needs.
-type ruleset struct {
+// Ruleset is the content of the table, and the host settings it needs.
+type Ruleset struct {
 	table  string
 	chains []*chain // in creation order: a chain comes before the chains that jump to it
 	// forward4 and forward6 tell that traffic of the family is forwarded (DNAT to pods, egress
@@ -115,7 +121,7 @@ func (m addrMatch) String() string {
 
 // portMatch matches the transport protocol and the destination port.
 type portMatch struct {
-	proto protocol
+	proto hostport.Protocol
 	port  uint16
 }
 
@@ -188,7 +194,7 @@ const (
 	chainGuard       = "localnet-guard"
 )
 
-// buildRuleset returns the table content for the configuration and the pods:
+// Build returns the table content for the configuration and the pods:
 //
 //   - hostports: for each published port and each family of the pod, DNAT of the port on the
 //     host addresses the mapping names to the pod's address and container port. prerouting
@@ -203,33 +209,33 @@ const (
 //     dropped before conntrack (replies to a localhost client arrive with the gateway address).
 //
 // An empty ruleset (no published port, no masquerade) means no table at all.
-func buildRuleset(s *settings, pods []publishedPod) *ruleset {
-	rs := &ruleset{table: tableName(s.bridge)}
+func Build(s *config.Settings, pods []PublishedPod) *Ruleset {
+	rs := &Ruleset{table: TableName(s.Bridge)}
 	subnetOf := func(addr netip.Addr) netip.Prefix {
-		for _, p := range s.pools {
-			if p.subnet.Contains(addr) {
-				return p.subnet
+		for _, p := range s.Pools {
+			if p.Subnet.Contains(addr) {
+				return p.Subnet
 			}
 		}
 		return netip.PrefixFrom(addr, addr.BitLen())
 	}
-	bridgeOut := ifMatch{output: true, name: s.bridge}
+	bridgeOut := ifMatch{output: true, name: s.Bridge}
 
 	var dnats, hairpins []rule
 	var dnat4, dnat6 bool
 	pods = slices.Clone(pods)
-	slices.SortFunc(pods, func(a, b publishedPod) int { return strings.Compare(a.pod.ID, b.pod.ID) })
+	slices.SortFunc(pods, func(a, b PublishedPod) int { return strings.Compare(a.Pod.ID, b.Pod.ID) })
 	for _, pod := range pods {
-		comment := ruleComment(pod.pod)
-		for _, m := range pod.ports {
-			for _, addr := range pod.addrs {
+		comment := ruleComment(pod.Pod)
+		for _, m := range pod.Ports {
+			for _, addr := range pod.Addrs {
 				podAddr := addr.Addr()
-				if !m.publishesFamily(podAddr.Is4()) {
+				if !m.PublishesFamily(podAddr.Is4()) {
 					continue
 				}
 				family := nfproto{is4: podAddr.Is4()}
 				matches := []match{family}
-				if host := m.hostAddr(); host.IsValid() {
+				if host := m.HostAddr(); host.IsValid() {
 					matches = append(matches, addrMatch{prefix: netip.PrefixFrom(host, host.BitLen())})
 				}
 				matches = append(matches, portMatch{m.Protocol, uint16(m.HostPort)})
@@ -255,11 +261,11 @@ func buildRuleset(s *settings, pods []publishedPod) *ruleset {
 		postrouting = append(postrouting, rule{matches: []match{nfproto{is4: true}, bridgeOut,
 			addrMatch{source: true, prefix: loopback4}}, verdict: masquerade{}, comment: "localhost to hostPorts"})
 	}
-	if s.masquerade {
-		for _, p := range s.pools {
-			is4 := p.subnet.Addr().Is4()
+	if s.Masquerade {
+		for _, p := range s.Pools {
+			is4 := p.Subnet.Addr().Is4()
 			postrouting = append(postrouting, rule{matches: []match{nfproto{is4: is4},
-				addrMatch{source: true, prefix: p.subnet}, addrMatch{not: true, prefix: p.subnet}},
+				addrMatch{source: true, prefix: p.Subnet}, addrMatch{not: true, prefix: p.Subnet}},
 				verdict: masquerade{}, comment: "pods to outside the pod subnet"})
 			if is4 {
 				rs.forward4 = true
@@ -285,7 +291,7 @@ func buildRuleset(s *settings, pods []publishedPod) *ruleset {
 	}
 	if dnat4 {
 		rs.chains = append(rs.chains, &chain{name: chainGuard, hook: &chainHook{"filter", "prerouting", priorityRaw},
-			rules: []rule{{matches: []match{nfproto{is4: true}, ifMatch{name: s.bridge}, addrMatch{prefix: loopback4}},
+			rules: []rule{{matches: []match{nfproto{is4: true}, ifMatch{name: s.Bridge}, addrMatch{prefix: loopback4}},
 				verdict: drop{}, comment: "pods must not reach the node's localhost (route_localnet)"}}})
 	}
 	return rs
@@ -295,7 +301,7 @@ func buildRuleset(s *settings, pods []publishedPod) *ruleset {
 const maxCommentLen = 128
 
 // ruleComment names the pod a rule is for, for whoever lists the table.
-func ruleComment(pod podRef) string {
+func ruleComment(pod store.PodRef) string {
 	comment := fmt.Sprintf("%s/%s %s", pod.Namespace, pod.Name, pod.ID)
 	if len(comment) > maxCommentLen {
 		comment = comment[:maxCommentLen]
@@ -305,7 +311,7 @@ func ruleComment(pod podRef) string {
 
 // String renders the ruleset the way `nft list table` shows it (with the family of each
 // rule spelled out).
-func (rs *ruleset) String() string {
+func (rs *Ruleset) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "table inet %s {\n", rs.table)
 	for _, c := range rs.chains {

@@ -1,4 +1,4 @@
-package main
+package store
 
 import (
 	"fmt"
@@ -6,28 +6,53 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/knext-dev/knext/internal/nribridge/config"
+	"github.com/knext-dev/knext/internal/nribridge/hostport"
 )
 
-func openTestStore(t *testing.T, dir, doc string) *store {
+// testStore is a store with the pools of a configuration document.
+type testStore struct {
+	*Store
+	pools []config.Pool
+}
+
+func (s *testStore) allocate(pod PodRef, netns, hostVeth string) (*Allocation, bool, error) {
+	return s.Allocate(s.pools, pod, netns, hostVeth)
+}
+
+// poolsOf returns the pools of a configuration document.
+func poolsOf(t *testing.T, doc string) []config.Pool {
 	t.Helper()
-	s, err := openStore(dir, mustValidate(t, doc).pools)
+	s, err := config.Load([]byte(doc), &config.Flags{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.close() })
-	return s
+	return s.Pools
 }
 
-func allocateOK(t *testing.T, s *store, podID string) *allocation {
+func openTestStore(t *testing.T, dir, doc string) *testStore {
 	t.Helper()
-	alloc, _, err := s.allocate(podRef{ID: podID}, "/run/netns/"+podID, hostVethName(podID))
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return &testStore{Store: s, pools: poolsOf(t, doc)}
+}
+
+func vethOf(podID string) string { return "veth-" + podID }
+
+func allocateOK(t *testing.T, s *testStore, podID string) *Allocation {
+	t.Helper()
+	alloc, _, err := s.allocate(PodRef{ID: podID}, "/run/netns/"+podID, vethOf(podID))
 	if err != nil {
 		t.Fatalf("allocate %s: %v", podID, err)
 	}
 	return alloc
 }
 
-func addrsOf(alloc *allocation) string {
+func addrsOf(alloc *Allocation) string {
 	return fmt.Sprint(alloc.Addrs)
 }
 
@@ -37,7 +62,7 @@ func TestStoreAllocatesOnePerFamilyIPv4First(t *testing.T) {
 	if got := addrsOf(a); got != "[10.1.0.2/24 fd00:1::2/64]" {
 		t.Errorf("first pod got %s", got)
 	}
-	if a.NetNS != "/run/netns/pod-a" || a.HostVeth != hostVethName("pod-a") || a.Pod.ID != "pod-a" {
+	if a.NetNS != "/run/netns/pod-a" || a.HostVeth != vethOf("pod-a") || a.Pod.ID != "pod-a" {
 		t.Errorf("allocation %+v", a)
 	}
 	if got := addrsOf(allocateOK(t, s, "pod-b")); got != "[10.1.0.3/24 fd00:1::3/64]" {
@@ -68,15 +93,15 @@ func TestStoreExhaustion(t *testing.T) {
 	for i := range 5 {
 		allocateOK(t, s, fmt.Sprint("pod-", i))
 	}
-	_, _, err := s.allocate(podRef{ID: "pod-6"}, "/run/netns/x", "v")
+	_, _, err := s.allocate(PodRef{ID: "pod-6"}, "/run/netns/x", "v")
 	if err == nil || err.Error() != "no free IPv4 address in 10.1.7.0/29" {
 		t.Fatalf("allocation in a full pool: got %v", err)
 	}
-	if alloc, _ := s.get("pod-6"); alloc != nil {
+	if alloc, _ := s.Get("pod-6"); alloc != nil {
 		t.Errorf("failed allocation stored: %+v", alloc)
 	}
 	// A released address is the one handed out next.
-	if err := s.release("pod-3"); err != nil {
+	if err := s.Release("pod-3"); err != nil {
 		t.Fatal(err)
 	}
 	if got := addrsOf(allocateOK(t, s, "pod-6")); got != "[10.1.7.5/29]" {
@@ -89,11 +114,11 @@ func TestStoreExhaustionIsAllOrNothing(t *testing.T) {
 	s := openTestStore(t, t.TempDir(), `{ipv4: {subnet: 10.1.0.0/24}, ipv6: {subnet: "fd00:2::/126"}}`)
 	allocateOK(t, s, "pod-0")
 	allocateOK(t, s, "pod-1")
-	_, _, err := s.allocate(podRef{ID: "pod-2"}, "/run/netns/x", "v")
+	_, _, err := s.allocate(PodRef{ID: "pod-2"}, "/run/netns/x", "v")
 	if err == nil || err.Error() != "no free IPv6 address in fd00:2::/126" {
 		t.Fatalf("got %v", err)
 	}
-	if err := s.release("pod-0"); err != nil {
+	if err := s.Release("pod-0"); err != nil {
 		t.Fatal(err)
 	}
 	// The failed attempt consumed no IPv4 address: the next pod gets 10.1.0.4, not .5.
@@ -105,7 +130,7 @@ func TestStoreExhaustionIsAllOrNothing(t *testing.T) {
 func TestStoreRoundRobinDelaysReuse(t *testing.T) {
 	s := openTestStore(t, t.TempDir(), `ipv4: {subnet: 10.1.0.0/24}`)
 	allocateOK(t, s, "pod-a") // .2
-	if err := s.release("pod-a"); err != nil {
+	if err := s.Release("pod-a"); err != nil {
 		t.Fatal(err)
 	}
 	if got := addrsOf(allocateOK(t, s, "pod-b")); got != "[10.1.0.3/24]" {
@@ -117,14 +142,14 @@ func TestStoreReleaseIsIdempotent(t *testing.T) {
 	s := openTestStore(t, t.TempDir(), `ipv4: {subnet: 10.1.0.0/24}`)
 	allocateOK(t, s, "pod-a")
 	for range 2 {
-		if err := s.release("pod-a"); err != nil {
+		if err := s.Release("pod-a"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.release("never-seen"); err != nil {
+	if err := s.Release("never-seen"); err != nil {
 		t.Fatal(err)
 	}
-	if allocs, err := s.list(); err != nil || len(allocs) != 0 {
+	if allocs, err := s.List(); err != nil || len(allocs) != 0 {
 		t.Errorf("list after release: %v, %v", allocs, err)
 	}
 }
@@ -132,22 +157,22 @@ func TestStoreReleaseIsIdempotent(t *testing.T) {
 func TestStorePersistsAcrossRestart(t *testing.T) {
 	dir := t.TempDir()
 	doc := `{ipv4: {subnet: 10.1.0.0/24}, ipv6: {subnet: "fd00:3::/64"}}`
-	pools := mustValidate(t, doc).pools
-	s, err := openStore(dir, pools)
+	db, err := Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	s := &testStore{Store: db, pools: poolsOf(t, doc)}
 	before := allocateOK(t, s, "pod-a")
 	allocateOK(t, s, "pod-b")
-	if err := s.release("pod-b"); err != nil {
+	if err := s.Release("pod-b"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.close(); err != nil {
+	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
 
 	s = openTestStore(t, dir, doc)
-	after, err := s.get("pod-a")
+	after, err := s.Get("pod-a")
 	if err != nil || after == nil {
 		t.Fatalf("pod-a after restart: %v, %v", after, err)
 	}
@@ -163,7 +188,7 @@ func TestStorePersistsAcrossRestart(t *testing.T) {
 func TestStoreIsLockedAgainstASecondInstance(t *testing.T) {
 	dir := t.TempDir()
 	openTestStore(t, dir, `ipv4: {subnet: 10.1.0.0/24}`)
-	_, err := openStore(dir, nil)
+	_, err := Open(dir)
 	if err == nil || !strings.Contains(err.Error(), "is locked by another process") {
 		t.Fatalf("second open: got %v", err)
 	}
@@ -178,7 +203,7 @@ func TestStoreConcurrentAllocationsAreUnique(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _, err := s.allocate(podRef{ID: fmt.Sprint("pod-", i)}, "/run/netns/x", "v")
+			_, _, err := s.allocate(PodRef{ID: fmt.Sprint("pod-", i)}, "/run/netns/x", "v")
 			errs <- err
 		}()
 	}
@@ -189,7 +214,7 @@ func TestStoreConcurrentAllocationsAreUnique(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	allocs, err := s.list()
+	allocs, err := s.List()
 	if err != nil || len(allocs) != pods {
 		t.Fatalf("list: %d allocations, %v", len(allocs), err)
 	}
@@ -204,5 +229,52 @@ func TestStoreConcurrentAllocationsAreUnique(t *testing.T) {
 			}
 			seen[addr.Addr()] = a.Pod.ID
 		}
+	}
+}
+
+func tcp(hostPort, containerPort int32, hostIP string) hostport.Mapping {
+	return hostport.Mapping{Protocol: hostport.TCP, HostPort: hostPort, ContainerPort: containerPort, HostIP: hostIP}
+}
+
+func TestStoreHostPortClaims(t *testing.T) {
+	dir, doc := t.TempDir(), `ipv4: {subnet: 10.1.0.0/24}`
+	s := openTestStore(t, dir, doc)
+	if held, err := s.HostPortsOf("a"); err != nil || held != nil {
+		t.Fatalf("a store without any claim: %v, %v", held, err)
+	}
+	a := PodRef{ID: "a", Namespace: "ns", Name: "web"}
+	b := PodRef{ID: "b", Namespace: "ns", Name: "other"}
+	if created, err := s.ClaimHostPorts(a, []hostport.Mapping{tcp(80, 8080, "")}); err != nil || !created {
+		t.Fatalf("first claim: created %v, %v", created, err)
+	}
+	if created, err := s.ClaimHostPorts(a, []hostport.Mapping{tcp(80, 8080, "")}); err != nil || created {
+		t.Fatalf("replayed claim: created %v, %v", created, err)
+	}
+	_, err := s.ClaimHostPorts(b, []hostport.Mapping{tcp(81, 81, ""), tcp(80, 80, "10.0.0.1")})
+	want := "hostPort 80/TCP on 10.0.0.1 (container port 80) is taken: pod ns/web (sandbox a) holds hostPort 80/TCP on every address (container port 8080)"
+	if err == nil || err.Error() != want {
+		t.Fatalf("conflicting claim: got %v\nwant %s", err, want)
+	}
+	if held, err := s.HostPortsOf("b"); err != nil || held != nil {
+		t.Errorf("the refused claim was recorded: %v, %v", held, err)
+	}
+	// Other protocols and ports are free.
+	if _, err := s.ClaimHostPorts(b, []hostport.Mapping{{Protocol: hostport.UDP, HostPort: 80, ContainerPort: 80}, tcp(81, 81, "")}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	s = openTestStore(t, dir, doc)
+	all, err := s.AllHostPorts()
+	if err != nil || len(all) != 2 || all["a"].Pod != a || fmt.Sprint(all["a"].Ports) != "[hostPort 80/TCP on every address (container port 8080)]" {
+		t.Fatalf("after reopening: %v, %v", all, err)
+	}
+	for range 2 {
+		if err := s.ReleaseHostPorts("a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.ClaimHostPorts(PodRef{ID: "c"}, []hostport.Mapping{tcp(80, 80, "")}); err != nil {
+		t.Errorf("claiming a released port: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package plugin
 
 import (
 	"context"
@@ -12,13 +12,17 @@ import (
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
+
+	"github.com/knext-dev/knext/internal/nribridge/config"
+	"github.com/knext-dev/knext/internal/nribridge/store"
+	"github.com/knext-dev/knext/internal/nribridge/wiring"
 )
 
 // fakeNetwork records what the plugin asks of the host.
 type fakeNetwork struct {
 	mu          sync.Mutex
-	wired       map[string]*allocation // host veth -> allocation
-	detached    map[string]bool        // host veth -> off the bridge
+	wired       map[string]*store.Allocation // host veth -> allocation
+	detached    map[string]bool              // host veth -> off the bridge
 	setupErr    error
 	detachErr   error
 	teardownErr error
@@ -26,7 +30,7 @@ type fakeNetwork struct {
 	teardownGate chan struct{}
 }
 
-func (f *fakeNetwork) setup(a *allocation) error {
+func (f *fakeNetwork) Setup(a *store.Allocation) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.setupErr != nil {
@@ -36,7 +40,7 @@ func (f *fakeNetwork) setup(a *allocation) error {
 	return nil
 }
 
-func (f *fakeNetwork) detach(a *allocation) error {
+func (f *fakeNetwork) Detach(a *store.Allocation) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.detachErr != nil {
@@ -48,7 +52,7 @@ func (f *fakeNetwork) detach(a *allocation) error {
 	return nil
 }
 
-func (f *fakeNetwork) teardown(a *allocation) error {
+func (f *fakeNetwork) Teardown(a *store.Allocation) error {
 	f.mu.Lock()
 	gate := f.teardownGate
 	f.mu.Unlock()
@@ -68,23 +72,23 @@ func (f *fakeNetwork) teardown(a *allocation) error {
 func (f *fakeNetwork) isDetached(podID string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.detached[hostVethName(podID)]
+	return f.detached[wiring.HostVethName(podID)]
 }
 
 func (f *fakeNetwork) isWired(podID string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.wired[hostVethName(podID)] != nil
+	return f.wired[wiring.HostVethName(podID)] != nil
 }
 
 func newTestPlugin(t *testing.T, doc string) (*plugin, *fakeNetwork) {
 	t.Helper()
-	fake := &fakeNetwork{wired: map[string]*allocation{}, detached: map[string]bool{}}
+	fake := &fakeNetwork{wired: map[string]*store.Allocation{}, detached: map[string]bool{}}
 	p := &plugin{
-		flags:       &configFlags{},
+		flags:       &config.Flags{},
 		startupYAML: []byte(doc),
-		newNetwork:  func(*settings) (podNetwork, error) { return fake, nil },
-		newFirewall: func(*settings) firewall { return &fakeFirewall{hairpins: map[string]bool{}} },
+		newNetwork:  func(*config.Settings) (podNetwork, error) { return fake, nil },
+		newFirewall: func(*config.Settings) packetFilter { return &fakeFirewall{hairpins: map[string]bool{}} },
 	}
 	if _, err := p.Configure(context.Background(), "", "test-runtime", "v0"); err != nil {
 		t.Fatal(err)
@@ -127,7 +131,7 @@ func TestRunPodSandboxWiresAndReports(t *testing.T) {
 	if err := p.RunPodSandbox(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	if !fake.isWired("a") || fake.wired[hostVethName("a")].NetNS != "/run/netns/a" {
+	if !fake.isWired("a") || fake.wired[wiring.HostVethName("a")].NetNS != "/run/netns/a" {
 		t.Fatalf("pod not wired with its netns: %v", fake.wired)
 	}
 	if got := podIPsOK(t, p, pod); got != "10.5.0.2,fd00:5::2" {
@@ -294,7 +298,7 @@ func TestSynchronizeReconciles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	stuck := fake.wired[hostVethName("stuck")]
+	stuck := fake.wired[wiring.HostVethName("stuck")]
 	// The runtime still has "live" (with netns), "netns-gone" (stopped: no netns any more),
 	// a host-network pod and a pod the plugin never saw; "gone" and "stuck" are gone.
 	pods := []*api.PodSandbox{testPod("live"), hostNetworkPod("netns-gone"), hostNetworkPod("host"), testPod("unseen")}
@@ -362,11 +366,11 @@ type failingTeardown struct {
 	failFor string
 }
 
-func (f *failingTeardown) teardown(a *allocation) error {
+func (f *failingTeardown) Teardown(a *store.Allocation) error {
 	if a.HostVeth == f.failFor {
 		return errors.New("device busy")
 	}
-	return f.fakeNetwork.teardown(a)
+	return f.fakeNetwork.Teardown(a)
 }
 
 func TestConfigure(t *testing.T) {
@@ -381,8 +385,8 @@ func TestConfigure(t *testing.T) {
 		t.Errorf("changed configuration: got %v", err)
 	}
 
-	fresh := &plugin{flags: &configFlags{}, startupYAML: []byte(doc),
-		newNetwork: func(*settings) (podNetwork, error) { return nil, errors.New("overlaps the host route x") }}
+	fresh := &plugin{flags: &config.Flags{}, startupYAML: []byte(doc),
+		newNetwork: func(*config.Settings) (podNetwork, error) { return nil, errors.New("overlaps the host route x") }}
 	_, err = fresh.Configure(ctx, "", "rt", "v")
 	if err == nil || err.Error() != "nri-bridge: invalid configuration: overlaps the host route x" {
 		t.Errorf("host check failure: got %v", err)
@@ -398,7 +402,7 @@ func TestConfigure(t *testing.T) {
 
 func TestCheckValidatesWithoutActivating(t *testing.T) {
 	hostErr := errors.New("IPv4 subnet 10.5.0.0/24 overlaps the host route 10.0.0.0/8 dev tun0")
-	p := &plugin{flags: &configFlags{}, newNetwork: func(*settings) (podNetwork, error) { return nil, hostErr }}
+	p := &plugin{flags: &config.Flags{}, newNetwork: func(*config.Settings) (podNetwork, error) { return nil, hostErr }}
 	if err := p.check([]byte(`ipv4: {subnet: 10.5.0.0/24}`)); err == nil || err.Error() != "invalid configuration: "+hostErr.Error() {
 		t.Errorf("host conflict: got %v", err)
 	}
@@ -406,7 +410,7 @@ func TestCheckValidatesWithoutActivating(t *testing.T) {
 		err.Error() != "invalid configuration: ipv4.gateway 10.6.0.1: outside subnet 10.5.0.0/24" {
 		t.Errorf("static error: got %v", err)
 	}
-	p.newNetwork = func(*settings) (podNetwork, error) { return &fakeNetwork{}, nil }
+	p.newNetwork = func(*config.Settings) (podNetwork, error) { return &fakeNetwork{}, nil }
 	if err := p.check([]byte(`ipv4: {subnet: 10.5.0.0/24}`)); err != nil {
 		t.Errorf("valid configuration: %v", err)
 	}

@@ -1,13 +1,46 @@
-package main
+package plugin
 
 import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/containerd/nri/pkg/api"
+
+	"github.com/knext-dev/knext/internal/nribridge/firewall"
+	"github.com/knext-dev/knext/internal/nribridge/hostport"
+	"github.com/knext-dev/knext/internal/nribridge/store"
+	"github.com/knext-dev/knext/internal/nribridge/wiring"
 )
+
+// fakeFirewall records what the plugin asks of the host's packet filter.
+type fakeFirewall struct {
+	mu       sync.Mutex
+	applied  *firewall.Ruleset // the last ruleset applied
+	applies  int               // how many rulesets were applied
+	applyErr error
+	hairpins map[string]bool // host veths in hairpin mode
+}
+
+func (f *fakeFirewall) Apply(rs *firewall.Ruleset) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.applyErr != nil {
+		return f.applyErr
+	}
+	f.applied = rs
+	f.applies++
+	return nil
+}
+
+func (f *fakeFirewall) EnableHairpin(hostVeth string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hairpins[hostVeth] = true
+	return nil
+}
 
 func firewallOf(t *testing.T, p *plugin) *fakeFirewall {
 	t.Helper()
@@ -40,10 +73,10 @@ func TestPortMappingsOfReadsNRI(t *testing.T) {
 		&api.PortMapping{Protocol: api.Protocol_UDP, ContainerPort: 53, HostPort: 53},
 		&api.PortMapping{Protocol: api.Protocol_SCTP, ContainerPort: 3868, HostPort: 3868, HostIp: "::"},
 		&api.PortMapping{Protocol: api.Protocol(7), ContainerPort: 1, HostPort: 1})
-	want := []portMapping{
-		{Protocol: protoTCP, ContainerPort: 80, HostPort: 8080, HostIP: "10.0.0.1"},
-		{Protocol: protoUDP, ContainerPort: 53, HostPort: 53},
-		{Protocol: protoSCTP, ContainerPort: 3868, HostPort: 3868, HostIP: "::"},
+	want := []hostport.Mapping{
+		{Protocol: hostport.TCP, ContainerPort: 80, HostPort: 8080, HostIP: "10.0.0.1"},
+		{Protocol: hostport.UDP, ContainerPort: 53, HostPort: 53},
+		{Protocol: hostport.SCTP, ContainerPort: 3868, HostPort: 3868, HostIP: "::"},
 		{Protocol: "7", ContainerPort: 1, HostPort: 1},
 	}
 	got := portMappingsOf(pod)
@@ -55,7 +88,7 @@ func TestPortMappingsOfReadsNRI(t *testing.T) {
 			t.Errorf("mapping %d: got %+v, want %+v", i, got[i], want[i])
 		}
 	}
-	if _, err := publishedPorts(got, true, true); err == nil || !strings.Contains(err.Error(), `protocol "7" is not supported`) {
+	if _, err := hostport.Published(got, true, true); err == nil || !strings.Contains(err.Error(), `protocol "7" is not supported`) {
 		t.Errorf("an unknown protocol: got %v", err)
 	}
 }
@@ -85,7 +118,7 @@ func TestRunPodSandboxPublishesHostPorts(t *testing.T) {
 			t.Errorf("applied rules lack %s:\n%s", want, rules)
 		}
 	}
-	if !fw.hairpins[hostVethName("web")] {
+	if !fw.hairpins[wiring.HostVethName("web")] {
 		t.Errorf("no hairpin mode on the bridge port of pod web: %v", fw.hairpins)
 	}
 
@@ -131,7 +164,7 @@ func TestHostPortsFirewallFailureLeaksNothing(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 	a, _ := p.current()
-	if held, err := a.store.hostPortsOf("a"); err != nil || held != nil || fake.isWired("a") || podIPsOK(t, p, pod) != "" {
+	if held, err := a.store.HostPortsOf("a"); err != nil || held != nil || fake.isWired("a") || podIPsOK(t, p, pod) != "" {
 		t.Errorf("the failed pod left ports %v (%v), wired %v, IPs %q", held, err, fake.isWired("a"), podIPsOK(t, p, pod))
 	}
 	fw.applyErr = nil
@@ -143,7 +176,7 @@ func TestHostPortsFirewallFailureLeaksNothing(t *testing.T) {
 	if err := p.StopPodSandbox(ctx, pod); err == nil || !strings.Contains(err.Error(), "removing its hostPorts: netlink: no buffer space available") {
 		t.Errorf("stop with a failing firewall: got %v", err)
 	}
-	if held, _ := a.store.hostPortsOf("a"); held == nil || podIPsOK(t, p, pod) == "" {
+	if held, _ := a.store.HostPortsOf("a"); held == nil || podIPsOK(t, p, pod) == "" {
 		t.Error("a failed stop released the pod's ports or addresses")
 	}
 	fw.applyErr = nil
@@ -151,7 +184,7 @@ func TestHostPortsFirewallFailureLeaksNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.waitReleases()
-	if held, _ := a.store.hostPortsOf("a"); held != nil || podIPsOK(t, p, pod) != "" {
+	if held, _ := a.store.HostPortsOf("a"); held != nil || podIPsOK(t, p, pod) != "" {
 		t.Error("the retried stop kept the pod's ports or addresses")
 	}
 }
@@ -168,10 +201,10 @@ func TestSynchronizeRebuildsHostPorts(t *testing.T) {
 		}
 	}
 	// old was started by an nri-bridge without hostPort support; a claim lost its pod.
-	if err := a.store.releaseHostPorts("old"); err != nil {
+	if err := a.store.ReleaseHostPorts("old"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.store.claimHostPorts(podRef{ID: "orphan"}, []portMapping{tcp(7070, 80, "")}); err != nil {
+	if _, err := a.store.ClaimHostPorts(store.PodRef{ID: "orphan"}, []hostport.Mapping{{Protocol: hostport.TCP, HostPort: 7070, ContainerPort: 80}}); err != nil {
 		t.Fatal(err)
 	}
 	fw.applied = nil
@@ -185,10 +218,10 @@ func TestSynchronizeRebuildsHostPorts(t *testing.T) {
 			t.Errorf("rules after Synchronize lack %q:\n%s", want, rules)
 		}
 	}
-	if held, _ := a.store.hostPortsOf("orphan"); held != nil || strings.Contains(rules, "7070") {
+	if held, _ := a.store.HostPortsOf("orphan"); held != nil || strings.Contains(rules, "7070") {
 		t.Errorf("the claim of a pod without allocation survived Synchronize:\n%s", rules)
 	}
-	if !firewallOf(t, p).hairpins[hostVethName("old")] {
+	if !firewallOf(t, p).hairpins[wiring.HostVethName("old")] {
 		t.Error("the adopted pod's bridge port is not in hairpin mode")
 	}
 
@@ -225,7 +258,7 @@ func TestSecondaryInterfacePublishesNoHostPorts(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, _ := p.current()
-	held, err := a.store.hostPortsOf("web")
+	held, err := a.store.HostPortsOf("web")
 	if err != nil || held != nil || len(fw.hairpins) != 0 || strings.Contains(fw.appliedRules(), "8080") {
 		t.Errorf("a pod on a secondary interface: ports held %v (%v), hairpins %v, rules:\n%s", held, err, fw.hairpins, fw.appliedRules())
 	}

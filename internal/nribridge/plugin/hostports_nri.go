@@ -1,13 +1,17 @@
-package main
+package plugin
 
-import "github.com/containerd/nri/pkg/api"
+import (
+	"github.com/containerd/nri/pkg/api"
+
+	"github.com/knext-dev/knext/internal/nribridge/hostport"
+)
 
 // portMappingsOf reads the pod's port mappings, which the runtime fills from CRI's
 // PodSandboxConfig in every pod event.
-func portMappingsOf(pod *api.PodSandbox) []portMapping {
-	var mappings []portMapping
+func portMappingsOf(pod *api.PodSandbox) []hostport.Mapping {
+	var mappings []hostport.Mapping
 	for _, m := range pod.GetPortMappings() {
-		mappings = append(mappings, portMapping{
+		mappings = append(mappings, hostport.Mapping{
 			Protocol:      protocolOf(m.GetProtocol()),
 			ContainerPort: m.GetContainerPort(),
 			HostPort:      m.GetHostPort(),
@@ -19,14 +23,14 @@ func portMappingsOf(pod *api.PodSandbox) []portMapping {
 
 // protocolOf names an NRI protocol; a value this nri-bridge does not know keeps its number, for
 // the error that refuses it.
-func protocolOf(p api.Protocol) protocol {
+func protocolOf(p api.Protocol) hostport.Protocol {
 	switch p {
 	case api.Protocol_TCP:
-		return protoTCP
+		return hostport.TCP
 	case api.Protocol_UDP:
-		return protoUDP
+		return hostport.UDP
 	case api.Protocol_SCTP:
-		return protoSCTP
+		return hostport.SCTP
 	}
-	return protocol(p.String())
+	return hostport.Protocol(p.String())
 }

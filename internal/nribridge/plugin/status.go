@@ -1,4 +1,4 @@
-package main
+package plugin
 
 import (
 	"context"
@@ -18,7 +18,7 @@ func (p *plugin) PodSandboxStatus(_ context.Context, pod *api.PodSandbox) (*api.
 	if err != nil {
 		return nil, err
 	}
-	if a.settings.secondary() {
+	if a.settings.Secondary() {
 		return &api.PodSandboxStatusResponse{}, nil
 	}
 	ips, err := p.podIPs(pod)

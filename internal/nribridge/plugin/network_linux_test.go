@@ -1,4 +1,4 @@
-package main
+package plugin
 
 import (
 	"encoding/hex"
@@ -19,6 +19,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/knext-dev/knext/internal/netnstest"
+	"github.com/knext-dev/knext/internal/nribridge/config"
+	"github.com/knext-dev/knext/internal/nribridge/firewall"
+	"github.com/knext-dev/knext/internal/nribridge/store"
+	"github.com/knext-dev/knext/internal/nribridge/wiring"
 )
 
 // These tests change the host: they create network namespaces, a bridge with a random name
@@ -33,14 +37,14 @@ func requireRoot(t testing.TB) {
 
 // freeNetworkDoc returns a configuration with a fresh bridge name and random subnets that
 // overlap nothing on the host (the plugin's own host check decides), and its settings.
-func freeNetworkDoc(t testing.TB) (string, *settings) {
+func freeNetworkDoc(t testing.TB) (string, *config.Settings) {
 	t.Helper()
 	bridge := "nbt" + netnstest.RandomHex(t, 8)
 	t.Cleanup(func() {
 		if link, err := netlink.LinkByName(bridge); err == nil {
 			netlink.LinkDel(link)
 		}
-		if err := deleteTable(bridge); err != nil {
+		if err := firewall.DeleteTable(bridge); err != nil {
 			t.Errorf("deleting the nftables table of bridge %s: %v", bridge, err)
 		}
 	})
@@ -49,15 +53,11 @@ func freeNetworkDoc(t testing.TB) (string, *settings) {
 		b, _ := hex.DecodeString(r[:4])
 		doc := fmt.Sprintf(`{bridge: %s, mtu: 1400, stateDir: %q, ipv4: {subnet: 10.%d.%d.0/24}, ipv6: {subnet: "fd%s:%s::/64"}}`,
 			bridge, t.TempDir(), 200+int(b[0])%50, b[1], r[4:6], r[:4])
-		cfg, err := resolveConfig([]byte(doc), &configFlags{})
+		s, err := config.Load([]byte(doc), &config.Flags{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := cfg.validate()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := newHostNetwork(s); err == nil {
+		if _, err := wiring.New(s); err == nil {
 			return doc, s
 		} else if !strings.Contains(err.Error(), "overlaps the host route") {
 			t.Fatal(err)
@@ -67,8 +67,18 @@ func freeNetworkDoc(t testing.TB) (string, *settings) {
 	return "", nil
 }
 
+// hostPlugin returns an unconfigured plugin on the host's network and nftables.
+func hostPlugin(t testing.TB) *plugin {
+	t.Helper()
+	p, err := newPlugin(&config.Flags{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // newNetnsPlugin configures a real plugin on a fresh bridge.
-func newNetnsPlugin(t testing.TB) (*plugin, *settings) {
+func newNetnsPlugin(t testing.TB) (*plugin, *config.Settings) {
 	t.Helper()
 	doc, s := freeNetworkDoc(t)
 	return configuredNetnsPlugin(t, doc), s
@@ -77,7 +87,7 @@ func newNetnsPlugin(t testing.TB) (*plugin, *settings) {
 // configuredNetnsPlugin configures a real plugin with doc.
 func configuredNetnsPlugin(t testing.TB, doc string) *plugin {
 	t.Helper()
-	p := &plugin{flags: &configFlags{}, newNetwork: newHostNetwork, newFirewall: newNFTFirewall}
+	p := hostPlugin(t)
 	if err := p.configure([]byte(doc)); err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +121,7 @@ func addNetns(t testing.TB, id string) (*api.PodSandbox, string) {
 // RunPodSandbox (store the allocation, wire the pod), then StopPodSandbox + RemovePodSandbox
 // (detach the pod), as the runtime calls them. The netns is created and deleted, and the
 // background release awaited, outside the timing. As root:
-// go test -run '^$' -bench NetnsPodLifecycle -benchtime 100x ./cmd/nri-bridge
+// go test -run '^$' -bench NetnsPodLifecycle -benchtime 100x ./internal/nribridge/plugin
 func BenchmarkNetnsPodLifecycle(b *testing.B) {
 	requireRoot(b)
 	p, _ := newNetnsPlugin(b)
@@ -201,21 +211,21 @@ func podState(t *testing.T, pod *api.PodSandbox) string {
 		eth0.Type(), eth0.Attrs().Flags&unix.IFF_UP != 0, eth0.Attrs().MTU, global, defaults)
 }
 
-func wantPodState(s *settings, addrs ...string) string {
+func wantPodState(s *config.Settings, addrs ...string) string {
 	slices.Sort(addrs)
 	var defaults []string
-	for _, p := range s.pools {
-		defaults = append(defaults, "default via "+p.gateway.String())
+	for _, p := range s.Pools {
+		defaults = append(defaults, "default via "+p.Gateway.String())
 	}
 	slices.Sort(defaults)
-	return fmt.Sprintf("lo up=true; eth0 veth up=true mtu=%d addrs=%v %v", s.mtu, addrs, defaults)
+	return fmt.Sprintf("lo up=true; eth0 veth up=true mtu=%d addrs=%v %v", s.MTU, addrs, defaults)
 }
 
 // withPrefix renders the pod's reported IPs with their subnet lengths.
-func withPrefix(s *settings, ips string) []string {
+func withPrefix(s *config.Settings, ips string) []string {
 	var out []string
 	for i, ip := range strings.Split(ips, ",") {
-		out = append(out, netip.PrefixFrom(netip.MustParseAddr(ip), s.pools[i].subnet.Bits()).String())
+		out = append(out, netip.PrefixFrom(netip.MustParseAddr(ip), s.Pools[i].Subnet.Bits()).String())
 	}
 	return out
 }
@@ -246,15 +256,15 @@ func TestNetnsRunAndStop(t *testing.T) {
 	}
 
 	// Host side: the bridge carries the gateways, the veth is attached to it.
-	bridge, err := netlink.LinkByName(s.bridge)
+	bridge, err := netlink.LinkByName(s.Bridge)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hostVeth, err := netlink.LinkByName(hostVethName(podA.Id))
+	hostVeth, err := netlink.LinkByName(wiring.HostVethName(podA.Id))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hostVeth.Attrs().MasterIndex != bridge.Attrs().Index || hostVeth.Attrs().Flags&unix.IFF_UP == 0 || hostVeth.Attrs().MTU != s.mtu {
+	if hostVeth.Attrs().MasterIndex != bridge.Attrs().Index || hostVeth.Attrs().Flags&unix.IFF_UP == 0 || hostVeth.Attrs().MTU != s.MTU {
 		t.Errorf("host veth %s: master %d (bridge %d), flags %v, mtu %d", hostVeth.Attrs().Name,
 			hostVeth.Attrs().MasterIndex, bridge.Attrs().Index, hostVeth.Attrs().Flags, hostVeth.Attrs().MTU)
 	}
@@ -262,14 +272,14 @@ func TestNetnsRunAndStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, pl := range s.pools {
-		if !slices.ContainsFunc(brAddrs, func(a netlink.Addr) bool { return a.IPNet.String() == pl.gatewayPrefix().String() }) {
-			t.Errorf("bridge lacks gateway %s: %v", pl.gatewayPrefix(), brAddrs)
+	for _, pl := range s.Pools {
+		if !slices.ContainsFunc(brAddrs, func(a netlink.Addr) bool { return a.IPNet.String() == pl.GatewayPrefix().String() }) {
+			t.Errorf("bridge lacks gateway %s: %v", pl.GatewayPrefix(), brAddrs)
 		}
 	}
 
 	// The pods reach the gateways and each other over both families.
-	for _, target := range append(strings.Split(ipsB, ","), s.pools[0].gateway.String(), s.pools[1].gateway.String()) {
+	for _, target := range append(strings.Split(ipsB, ","), s.Pools[0].Gateway.String(), s.Pools[1].Gateway.String()) {
 		if err := ping(t, nsA, target); err != nil {
 			t.Error(err)
 		}
@@ -303,7 +313,7 @@ func TestNetnsRunAndStop(t *testing.T) {
 	if err := p.StopPodSandbox(ctx, podA); err != nil {
 		t.Fatal(err)
 	}
-	if hostVeth, err := netlink.LinkByName(hostVethName(podA.Id)); err != nil || hostVeth.Attrs().MasterIndex != 0 {
+	if hostVeth, err := netlink.LinkByName(wiring.HostVethName(podA.Id)); err != nil || hostVeth.Attrs().MasterIndex != 0 {
 		t.Errorf("host veth right after stop: %v (err %v), want it detached from the bridge", hostVeth, err)
 	}
 	close(gate)
@@ -314,7 +324,7 @@ func TestNetnsRunAndStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.waitReleases()
-	if _, err := netlink.LinkByName(hostVethName(podA.Id)); !errors.As(err, &netlink.LinkNotFoundError{}) {
+	if _, err := netlink.LinkByName(wiring.HostVethName(podA.Id)); !errors.As(err, &netlink.LinkNotFoundError{}) {
 		t.Errorf("host veth after stop: %v", err)
 	}
 	if got := podState(t, podA); got != "lo up=true; no eth0" {
@@ -335,7 +345,7 @@ func TestNetnsRunAndStop(t *testing.T) {
 	if podIPsOK(t, p, podB) != "" {
 		t.Error("pod b still reported after stop")
 	}
-	if _, err := netlink.LinkByName(hostVethName(podB.Id)); !errors.As(err, &netlink.LinkNotFoundError{}) {
+	if _, err := netlink.LinkByName(wiring.HostVethName(podB.Id)); !errors.As(err, &netlink.LinkNotFoundError{}) {
 		t.Errorf("host veth of pod b after stop: %v", err)
 	}
 }
@@ -362,22 +372,22 @@ type gatedTeardown struct {
 	gate chan struct{}
 }
 
-func (g *gatedTeardown) teardown(a *allocation) error {
+func (g *gatedTeardown) Teardown(a *store.Allocation) error {
 	<-g.gate
-	return g.podNetwork.teardown(a)
+	return g.podNetwork.Teardown(a)
 }
 
 func TestNetnsSetupFailureLeaksNothing(t *testing.T) {
 	requireRoot(t)
 	p, s := newNetnsPlugin(t)
 	// An interface that is not a bridge already has the bridge's name.
-	notABridge := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: s.bridge}, PeerName: s.bridge + "p"}
+	notABridge := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: s.Bridge}, PeerName: s.Bridge + "p"}
 	if err := netlink.LinkAdd(notABridge); err != nil {
 		t.Fatal(err)
 	}
 	pod, _ := newNetns(t, "a")
 	err := p.RunPodSandbox(ctx, pod)
-	if want := "bridge " + s.bridge + ": the existing interface is a veth, not a bridge"; err == nil || !strings.Contains(err.Error(), want) {
+	if want := "bridge " + s.Bridge + ": the existing interface is a veth, not a bridge"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("got %v, want %q", err, want)
 	}
 	if podIPsOK(t, p, pod) != "" {
@@ -390,7 +400,7 @@ func TestNetnsSetupFailureLeaksNothing(t *testing.T) {
 	// A netns path that does not exist fails cleanly too.
 	missing := testPod("m-" + netnstest.RandomHex(t, 12))
 	missing.Linux.Namespaces[1].Path = "/run/netns/nbt-does-not-exist"
-	if link, err := netlink.LinkByName(s.bridge); err == nil {
+	if link, err := netlink.LinkByName(s.Bridge); err == nil {
 		netlink.LinkDel(link)
 	}
 	err = p.RunPodSandbox(ctx, missing)
@@ -411,7 +421,7 @@ func TestNetnsRecreatesVethAfterInterruptedSetup(t *testing.T) {
 	}
 	ips := podIPsOK(t, p, pod)
 	// Simulate a crash that left the allocation but lost eth0 (e.g. the pair was deleted).
-	if link, err := netlink.LinkByName(hostVethName(pod.Id)); err == nil {
+	if link, err := netlink.LinkByName(wiring.HostVethName(pod.Id)); err == nil {
 		netlink.LinkDel(link)
 	}
 	if err := p.RunPodSandbox(ctx, pod); err != nil {
@@ -450,7 +460,7 @@ func TestNetnsPreinstalledPlugin(t *testing.T) {
 		t.Fatalf("no eth0 after RunPodSandbox through the pre-installed plugin: %v", err)
 	}
 	// The first pod gets the second address of each subnet (the first is the gateway).
-	ip4, ip6 := s.pools[0].gateway.Next(), s.pools[1].gateway.Next()
+	ip4, ip6 := s.Pools[0].Gateway.Next(), s.Pools[1].Gateway.Next()
 	state := podState(t, pod)
 	if want := wantPodState(s, withPrefix(s, ip4.String()+","+ip6.String())...); state != want {
 		t.Fatalf("pod state:\n got %s\nwant %s", state, want)
@@ -541,7 +551,7 @@ func TestNetnsSecondaryInterface(t *testing.T) {
 		eth0 = link
 	}
 	for _, addr := range []string{"192.0.2.10/24", "2001:db8::10/64"} {
-		if err := h.AddrAdd(eth0, netlinkAddr(netip.MustParsePrefix(addr))); err != nil {
+		if err := h.AddrAdd(eth0, wiring.NetlinkAddr(netip.MustParsePrefix(addr))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -551,7 +561,7 @@ func TestNetnsSecondaryInterface(t *testing.T) {
 		if gateway.Is6() {
 			dst = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
 		}
-		if err := h.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Dst: ipNet(dst), Gw: gateway.AsSlice()}); err != nil {
+		if err := h.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Dst: wiring.IPNet(dst), Gw: gateway.AsSlice()}); err != nil {
 			t.Fatal(err)
 		}
 	}

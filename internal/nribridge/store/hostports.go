@@ -1,26 +1,28 @@
-package main
+package store
 
 import (
 	"encoding/json"
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/knext-dev/knext/internal/nribridge/hostport"
 )
 
-// hostPortsBucket maps a pod ID to the JSON podHostPorts of a pod that publishes host ports.
+// hostPortsBucket maps a pod ID to the JSON PodHostPorts of a pod that publishes host ports.
 // It is created by the first claim; stores written before hostPort support have none.
 var hostPortsBucket = []byte("hostports")
 
-// podHostPorts are the host ports a pod holds.
-type podHostPorts struct {
-	Pod   podRef        `json:"pod"`
-	Ports []portMapping `json:"ports"`
+// PodHostPorts are the host ports a pod holds.
+type PodHostPorts struct {
+	Pod   PodRef             `json:"pod"`
+	Ports []hostport.Mapping `json:"ports"`
 }
 
-// claimHostPorts records the ports the pod publishes, unless another pod holds one of them;
+// ClaimHostPorts records the ports the pod publishes, unless another pod holds one of them;
 // the error then names the port and its holder. created tells whether the pod held no ports
 // before. The check and the record are one transaction: two pods never get the same port.
-func (s *store) claimHostPorts(pod podRef, ports []portMapping) (created bool, err error) {
+func (s *Store) ClaimHostPorts(pod PodRef, ports []hostport.Mapping) (created bool, err error) {
 	err = s.db.Update(func(tx *bolt.Tx) error {
 		bucket, err := tx.CreateBucketIfNotExists(hostPortsBucket)
 		if err != nil {
@@ -37,7 +39,7 @@ func (s *store) claimHostPorts(pod podRef, ports []portMapping) (created bool, e
 			}
 			for _, want := range ports {
 				for _, held := range holder.Ports {
-					if want.overlaps(held) {
+					if want.Overlaps(held) {
 						return fmt.Errorf("%s is taken: %s holds %s", want, holder.Pod, held)
 					}
 				}
@@ -47,7 +49,7 @@ func (s *store) claimHostPorts(pod podRef, ports []portMapping) (created bool, e
 		if err != nil {
 			return err
 		}
-		value, err := json.Marshal(podHostPorts{Pod: pod, Ports: ports})
+		value, err := json.Marshal(PodHostPorts{Pod: pod, Ports: ports})
 		if err != nil {
 			return err
 		}
@@ -56,9 +58,9 @@ func (s *store) claimHostPorts(pod podRef, ports []portMapping) (created bool, e
 	return created, err
 }
 
-// hostPortsOf returns the ports the pod holds, nil if none.
-func (s *store) hostPortsOf(podID string) (*podHostPorts, error) {
-	var held *podHostPorts
+// HostPortsOf returns the ports the pod holds, nil if none.
+func (s *Store) HostPortsOf(podID string) (*PodHostPorts, error) {
+	var held *PodHostPorts
 	err := s.db.View(func(tx *bolt.Tx) error {
 		bucket := tx.Bucket(hostPortsBucket)
 		if bucket == nil {
@@ -75,9 +77,9 @@ func (s *store) hostPortsOf(podID string) (*podHostPorts, error) {
 	return held, err
 }
 
-// allHostPorts returns the ports of every pod, by pod ID.
-func (s *store) allHostPorts() (map[string]*podHostPorts, error) {
-	all := map[string]*podHostPorts{}
+// AllHostPorts returns the ports of every pod, by pod ID.
+func (s *Store) AllHostPorts() (map[string]*PodHostPorts, error) {
+	all := map[string]*PodHostPorts{}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		bucket := tx.Bucket(hostPortsBucket)
 		if bucket == nil {
@@ -94,8 +96,8 @@ func (s *store) allHostPorts() (map[string]*podHostPorts, error) {
 	return all, err
 }
 
-// releaseHostPorts forgets the pod's ports; releasing twice is no error.
-func (s *store) releaseHostPorts(podID string) error {
+// ReleaseHostPorts forgets the pod's ports; releasing twice is no error.
+func (s *Store) ReleaseHostPorts(podID string) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		bucket := tx.Bucket(hostPortsBucket)
 		if bucket == nil {
@@ -105,8 +107,8 @@ func (s *store) releaseHostPorts(podID string) error {
 	})
 }
 
-func decodeHostPorts(key, value []byte) (*podHostPorts, error) {
-	held := &podHostPorts{}
+func decodeHostPorts(key, value []byte) (*PodHostPorts, error) {
+	held := &PodHostPorts{}
 	if err := json.Unmarshal(value, held); err != nil {
 		return nil, fmt.Errorf("allocation store: corrupt host ports of sandbox %s: %w", key, err)
 	}

@@ -1,9 +1,9 @@
-package main
+// Package plugin is nri-bridge's NRI plugin: it answers the runtime's pod events with the store,
+// the wiring and the firewall, and runs pre-installed or standalone.
+package plugin
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -14,27 +14,31 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	nrilog "github.com/containerd/nri/pkg/log"
+
+	"github.com/knext-dev/knext/internal/nribridge/config"
+	"github.com/knext-dev/knext/internal/nribridge/store"
+	"github.com/knext-dev/knext/internal/nribridge/wiring"
 )
 
-// podNetwork is what the plugin does to the host and the pods' netns; a fake replaces it in
-// tests that run without root.
+// podNetwork is what the plugin does to the host and the pods' netns (wiring.Network); a fake
+// replaces it in tests that run without root.
 type podNetwork interface {
-	setup(*allocation) error
-	// detach cuts the pod off the network at once and cheaply; teardown then removes what
-	// setup created. Both do nothing when that is already gone.
-	detach(*allocation) error
-	teardown(*allocation) error
+	Setup(*store.Allocation) error
+	// Detach cuts the pod off the network at once and cheaply; Teardown then removes what
+	// Setup created. Both do nothing when that is already gone.
+	Detach(*store.Allocation) error
+	Teardown(*store.Allocation) error
 }
 
 // plugin is the NRI plugin. Lifecycle events (run, stop, remove, synchronize) are serialized
 // by lifecycleMu; PodSandboxStatus only reads the store and never waits for them.
 type plugin struct {
-	flags       *configFlags
+	flags       *config.Flags
 	startupYAML []byte // the -config file, used when the runtime supplies no configuration
 	// newNetwork checks the settings against the host and returns the network to use.
-	newNetwork func(*settings) (podNetwork, error)
+	newNetwork func(*config.Settings) (podNetwork, error)
 	// newFirewall returns the packet filter for hostPorts and masquerade.
-	newFirewall func(*settings) firewall
+	newFirewall func(*config.Settings) packetFilter
 
 	active      atomic.Pointer[activeConfig]
 	activateMu  sync.Mutex
@@ -48,25 +52,15 @@ type plugin struct {
 
 // activeConfig is the configuration in use with the store and network built from it.
 type activeConfig struct {
-	settings *settings
-	store    *store
+	settings *config.Settings
+	store    *store.Store
 	net      podNetwork
-	firewall firewall
+	firewall packetFilter
 	// firewallMu serializes the changes of the hostPorts and of the table built from them.
 	firewallMu sync.Mutex
 }
 
 var log = nrilog.Get()
-
-// hostVethPrefix starts the host-side name of every pod veth.
-const hostVethPrefix = "nbr"
-
-// hostVethName derives a stable interface name from the sandbox ID (sandbox IDs are too long
-// for IFNAMSIZ).
-func hostVethName(sandboxID string) string {
-	sum := sha256.Sum256([]byte(sandboxID))
-	return hostVethPrefix + hex.EncodeToString(sum[:])[:maxIfNameLen-len(hostVethPrefix)]
-}
 
 // podNetNS is the path of the pod's network namespace, "" for host-network pods (and for pods
 // whose netns the runtime already removed).
@@ -79,8 +73,8 @@ func podNetNS(pod *api.PodSandbox) string {
 	return ""
 }
 
-func refOf(pod *api.PodSandbox) podRef {
-	return podRef{ID: pod.GetId(), Namespace: pod.GetNamespace(), Name: pod.GetName(), UID: pod.GetUid()}
+func refOf(pod *api.PodSandbox) store.PodRef {
+	return store.PodRef{ID: pod.GetId(), Namespace: pod.GetNamespace(), Name: pod.GetName(), UID: pod.GetUid()}
 }
 
 // configure resolves, validates and activates a configuration document. The first successful
@@ -94,18 +88,18 @@ func (p *plugin) configure(yamlDoc []byte) error {
 	p.activateMu.Lock()
 	defer p.activateMu.Unlock()
 	if current := p.active.Load(); current != nil {
-		if !current.settings.equal(s) {
+		if !current.settings.Equal(s) {
 			return errors.New("configuration differs from the one in use; restart nri-bridge to change it")
 		}
 		return nil
 	}
-	st, err := openStore(s.stateDir, s.pools)
+	st, err := store.Open(s.StateDir)
 	if err != nil {
 		return err
 	}
 	p.active.Store(&activeConfig{settings: s, store: st, net: network, firewall: p.newFirewall(s)})
 	log.Infof(context.Background(), "nri-bridge: bridge %s, pools %v, MTU %d, masquerade %v, state in %s, pod interface %s (secondary %v)",
-		s.bridge, s.pools, s.mtu, s.masquerade, s.stateDir, s.podInterface, s.secondary())
+		s.Bridge, s.Pools, s.MTU, s.Masquerade, s.StateDir, s.PodInterface, s.Secondary())
 	return nil
 }
 
@@ -117,14 +111,10 @@ func (p *plugin) check(yamlDoc []byte) error {
 
 // prepare resolves a configuration document with the plugin's flags, validates it and checks
 // it against the host.
-func (p *plugin) prepare(yamlDoc []byte) (*settings, podNetwork, error) {
-	cfg, err := resolveConfig(yamlDoc, p.flags)
+func (p *plugin) prepare(yamlDoc []byte) (*config.Settings, podNetwork, error) {
+	s, err := config.Load(yamlDoc, p.flags)
 	if err != nil {
 		return nil, nil, err
-	}
-	s, err := cfg.validate()
-	if err != nil {
-		return nil, nil, fmt.Errorf("invalid configuration: %w", err)
 	}
 	network, err := p.newNetwork(s)
 	if err != nil {
@@ -137,7 +127,7 @@ func (p *plugin) prepare(yamlDoc []byte) (*settings, podNetwork, error) {
 func (p *plugin) close() error {
 	p.waitReleases()
 	if a := p.active.Load(); a != nil {
-		return a.store.close()
+		return a.store.Close()
 	}
 	return nil
 }
@@ -185,12 +175,12 @@ func (p *plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, _ []*a
 			listed = append(listed, podWithPorts{ref: refOf(pod), ports: portMappingsOf(pod)})
 		}
 	}
-	allocs, err := a.store.list()
+	allocs, err := a.store.List()
 	if err != nil {
 		return nil, fmt.Errorf("nri-bridge: synchronize: %w", err)
 	}
 	kept := 0
-	var gone []*allocation
+	var gone []*store.Allocation
 	for _, alloc := range allocs {
 		if live[alloc.Pod.ID] {
 			kept++
@@ -252,16 +242,16 @@ func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 	defer p.lifecycleMu.Unlock()
 
 	start := time.Now()
-	alloc, created, err := a.store.allocate(ref, nsPath, hostVethName(ref.ID))
-	if errors.As(err, new(*poolExhaustedError)) && p.waitReleases() > 0 {
+	alloc, created, err := a.store.Allocate(a.settings.Pools, ref, nsPath, wiring.HostVethName(ref.ID))
+	if errors.As(err, new(*store.PoolExhaustedError)) && p.waitReleases() > 0 {
 		// The addresses of stopped pods were on their way back.
-		alloc, created, err = a.store.allocate(ref, nsPath, hostVethName(ref.ID))
+		alloc, created, err = a.store.Allocate(a.settings.Pools, ref, nsPath, wiring.HostVethName(ref.ID))
 	}
 	if err != nil {
 		return fmt.Errorf("nri-bridge: %s: %w", ref, err)
 	}
 	stored := time.Now()
-	err = a.net.setup(alloc)
+	err = a.net.Setup(alloc)
 	if err == nil {
 		err = a.publishHostPorts(alloc, ports)
 	}
@@ -274,7 +264,7 @@ func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 		}
 		return fmt.Errorf("nri-bridge: %s: %w", ref, err)
 	}
-	log.Infof(ctx, "nri-bridge: %s: %s %v via %s, hostPorts %v (%s)", ref, a.settings.podInterface, alloc.Addrs,
+	log.Infof(ctx, "nri-bridge: %s: %s %v via %s, hostPorts %v (%s)", ref, a.settings.PodInterface, alloc.Addrs,
 		alloc.HostVeth, ports, timings{{"stored", stored.Sub(start)}, {"wired", time.Since(stored)}})
 	return nil
 }
@@ -301,7 +291,7 @@ func (p *plugin) removePod(ctx context.Context, pod *api.PodSandbox) error {
 		return nil
 	}
 
-	alloc, err := a.store.get(pod.GetId())
+	alloc, err := a.store.Get(pod.GetId())
 	if err != nil {
 		return fmt.Errorf("nri-bridge: %s: %w", refOf(pod), err)
 	}
@@ -309,7 +299,7 @@ func (p *plugin) removePod(ctx context.Context, pod *api.PodSandbox) error {
 		return nil
 	}
 	start := time.Now()
-	if err := a.net.detach(alloc); err != nil {
+	if err := a.net.Detach(alloc); err != nil {
 		return fmt.Errorf("nri-bridge: %s: %w", alloc.Pod, err)
 	}
 	// The pod's hostPorts go now: another pod may claim them as soon as this one is stopped.
@@ -326,7 +316,7 @@ func (p *plugin) removePod(ctx context.Context, pod *api.PodSandbox) error {
 // addresses stay allocated until the veth is gone, so no other pod gets them early; a pod start
 // that finds its pool exhausted waits for the releases in flight. A failed release keeps the
 // allocation for the next remove or synchronize to retry.
-func (p *plugin) releaseInBackground(a *activeConfig, alloc *allocation, detached time.Duration) {
+func (p *plugin) releaseInBackground(a *activeConfig, alloc *store.Allocation, detached time.Duration) {
 	done := make(chan struct{})
 	p.releasesMu.Lock()
 	if p.releases == nil {
@@ -376,16 +366,16 @@ func (p *plugin) waitReleases() int {
 // release tears down the pod's veth and removes its hostPorts (if still there), then frees its
 // addresses, and tells how long each step took. The allocation stays when the teardown fails, so
 // that a later stop, remove or synchronize retries it.
-func release(a *activeConfig, alloc *allocation) (timings, error) {
+func release(a *activeConfig, alloc *store.Allocation) (timings, error) {
 	start := time.Now()
-	if err := a.net.teardown(alloc); err != nil {
+	if err := a.net.Teardown(alloc); err != nil {
 		return nil, fmt.Errorf("%s: %w", alloc.Pod, err)
 	}
 	if err := a.unpublishHostPorts(alloc.Pod.ID); err != nil {
 		return nil, fmt.Errorf("%s: removing its hostPorts: %w", alloc.Pod, err)
 	}
 	unwired := time.Now()
-	if err := a.store.release(alloc.Pod.ID); err != nil {
+	if err := a.store.Release(alloc.Pod.ID); err != nil {
 		return nil, fmt.Errorf("%s: %w", alloc.Pod, err)
 	}
 	return timings{{"unwired", unwired.Sub(start)}, {"released", time.Since(unwired)}}, nil
@@ -412,7 +402,7 @@ func (p *plugin) podIPs(pod *api.PodSandbox) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	alloc, err := a.store.get(pod.GetId())
+	alloc, err := a.store.Get(pod.GetId())
 	if err != nil {
 		return nil, fmt.Errorf("nri-bridge: %s: %w", refOf(pod), err)
 	}

@@ -1,4 +1,4 @@
-package main
+package plugin
 
 import (
 	"bytes"
@@ -14,6 +14,10 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/knext-dev/knext/internal/netnstest"
+	"github.com/knext-dev/knext/internal/nribridge/config"
+	"github.com/knext-dev/knext/internal/nribridge/firewall"
+	"github.com/knext-dev/knext/internal/nribridge/store"
+	"github.com/knext-dev/knext/internal/nribridge/wiring"
 )
 
 func TestNetnsCleanup(t *testing.T) {
@@ -23,8 +27,11 @@ func TestNetnsCleanup(t *testing.T) {
 	if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	flags := &configFlags{file: file}
-	p := &plugin{flags: flags, newNetwork: newHostNetwork, newFirewall: newNFTFirewall}
+	flags := &config.Flags{File: file}
+	p, err := newPlugin(flags)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := p.configure([]byte(doc)); err != nil {
 		t.Fatal(err)
 	}
@@ -33,30 +40,30 @@ func TestNetnsCleanup(t *testing.T) {
 	if err := p.RunPodSandbox(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	wantTable(t, s.bridge, true)
+	wantTable(t, s.Bridge, true)
 
-	if err := cleanup(flags, io.Discard); err == nil || !strings.Contains(err.Error(), "is locked by another process") {
+	if err := Cleanup(flags, io.Discard); err == nil || !strings.Contains(err.Error(), "is locked by another process") {
 		t.Errorf("cleanup while nri-bridge runs: got %v, want a refusal", err)
 	}
 	p.close()
 	var out bytes.Buffer
-	if err := cleanup(flags, &out); err != nil {
+	if err := Cleanup(flags, &out); err != nil {
 		t.Fatal(err)
 	}
-	db := filepath.Join(s.stateDir, storeFile)
+	db := filepath.Join(s.StateDir, store.File)
 	want := fmt.Sprintf("nri-bridge: removed %s of %s\nnri-bridge: removed nftables table inet %s\nnri-bridge: removed bridge %s\nnri-bridge: removed %s\nnri-bridge: removed %s\n",
-		hostVethName(pod.Id), refOf(pod), tableName(s.bridge), s.bridge, db, s.stateDir)
+		wiring.HostVethName(pod.Id), refOf(pod), firewall.TableName(s.Bridge), s.Bridge, db, s.StateDir)
 	if out.String() != want {
 		t.Errorf("cleanup said:\n%s\nwant:\n%s", out.String(), want)
 	}
-	wantTable(t, s.bridge, false)
-	for _, name := range []string{s.bridge, hostVethName(pod.Id)} {
+	wantTable(t, s.Bridge, false)
+	for _, name := range []string{s.Bridge, wiring.HostVethName(pod.Id)} {
 		if _, err := netlink.LinkByName(name); !errors.As(err, &netlink.LinkNotFoundError{}) {
 			t.Errorf("interface %s after cleanup: %v", name, err)
 		}
 	}
-	if _, err := os.Stat(s.stateDir); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("state directory %s after cleanup: %v", s.stateDir, err)
+	if _, err := os.Stat(s.StateDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("state directory %s after cleanup: %v", s.StateDir, err)
 	}
 	if got := podState(t, pod); got != "lo up=true; no eth0" {
 		t.Errorf("pod after cleanup: %s", got)
@@ -64,7 +71,7 @@ func TestNetnsCleanup(t *testing.T) {
 
 	// Nothing left: nothing to do, no error.
 	out.Reset()
-	if err := cleanup(flags, &out); err != nil || out.Len() != 0 {
+	if err := Cleanup(flags, &out); err != nil || out.Len() != 0 {
 		t.Errorf("second cleanup: %v, said %q", err, out.String())
 	}
 }

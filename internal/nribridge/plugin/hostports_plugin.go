@@ -1,35 +1,40 @@
-package main
+package plugin
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/knext-dev/knext/internal/nribridge/config"
+	"github.com/knext-dev/knext/internal/nribridge/firewall"
+	"github.com/knext-dev/knext/internal/nribridge/hostport"
+	"github.com/knext-dev/knext/internal/nribridge/store"
 )
 
-// firewall is what the plugin does to the host's packet filter for hostPorts and masquerade; a
-// fake replaces it in tests that run without root.
-type firewall interface {
-	// apply makes the plugin's nftables table hold exactly rs.
-	apply(rs *ruleset) error
-	// enableHairpin lets a pod reach itself through its hostPorts.
-	enableHairpin(hostVeth string) error
+// packetFilter is what the plugin does to the host's packet filter for hostPorts and masquerade
+// (firewall.NFT); a fake replaces it in tests that run without root.
+type packetFilter interface {
+	// Apply makes the plugin's nftables table hold exactly rs.
+	Apply(rs *firewall.Ruleset) error
+	// EnableHairpin lets a pod reach itself through its hostPorts.
+	EnableHairpin(hostVeth string) error
 }
 
 // publishHostPorts claims the ports the pod publishes and installs their rules. The claim fails,
 // naming the holder, when another pod holds one of the ports. Pods without host ports cost
 // nothing here.
-func (a *activeConfig) publishHostPorts(alloc *allocation, ports []portMapping) error {
+func (a *activeConfig) publishHostPorts(alloc *store.Allocation, ports []hostport.Mapping) error {
 	if len(ports) == 0 {
 		return nil
 	}
 	a.firewallMu.Lock()
 	defer a.firewallMu.Unlock()
-	created, err := a.store.claimHostPorts(alloc.Pod, ports)
+	created, err := a.store.ClaimHostPorts(alloc.Pod, ports)
 	if err != nil {
 		return err
 	}
-	err = a.firewall.enableHairpin(alloc.HostVeth)
+	err = a.firewall.EnableHairpin(alloc.HostVeth)
 	if err == nil {
 		err = a.applyRulesetLocked()
 	}
@@ -37,7 +42,7 @@ func (a *activeConfig) publishHostPorts(alloc *allocation, ports []portMapping) 
 	// (rules a failed apply may have left are gone with the next one); a replayed claim stays,
 	// as the rest of the pod's network does.
 	if err != nil && created {
-		if releaseErr := a.store.releaseHostPorts(alloc.Pod.ID); releaseErr != nil {
+		if releaseErr := a.store.ReleaseHostPorts(alloc.Pod.ID); releaseErr != nil {
 			err = errors.Join(err, releaseErr)
 		}
 	}
@@ -51,7 +56,7 @@ func (a *activeConfig) unpublishHostPorts(podIDs ...string) error {
 	defer a.firewallMu.Unlock()
 	var holders []string
 	for _, id := range podIDs {
-		held, err := a.store.hostPortsOf(id)
+		held, err := a.store.HostPortsOf(id)
 		if err != nil {
 			return err
 		}
@@ -66,7 +71,7 @@ func (a *activeConfig) unpublishHostPorts(podIDs ...string) error {
 		return err
 	}
 	for _, id := range holders {
-		if err := a.store.releaseHostPorts(id); err != nil {
+		if err := a.store.ReleaseHostPorts(id); err != nil {
 			return err
 		}
 	}
@@ -74,7 +79,7 @@ func (a *activeConfig) unpublishHostPorts(podIDs ...string) error {
 }
 
 // podIDs are the IDs of the allocations' pods.
-func podIDs(allocs []*allocation) []string {
+func podIDs(allocs []*store.Allocation) []string {
 	ids := make([]string, 0, len(allocs))
 	for _, alloc := range allocs {
 		ids = append(ids, alloc.Pod.ID)
@@ -86,21 +91,21 @@ func podIDs(allocs []*allocation) []string {
 // it. The caller holds firewallMu, so that the table never goes back to an older state of the
 // store.
 func (a *activeConfig) applyRulesetLocked(without ...string) error {
-	allocs, err := a.store.list()
+	allocs, err := a.store.List()
 	if err != nil {
 		return err
 	}
-	held, err := a.store.allHostPorts()
+	held, err := a.store.AllHostPorts()
 	if err != nil {
 		return err
 	}
-	var pods []publishedPod
+	var pods []firewall.PublishedPod
 	for _, alloc := range allocs {
 		if ports := held[alloc.Pod.ID]; ports != nil && !slices.Contains(without, alloc.Pod.ID) {
-			pods = append(pods, publishedPod{pod: alloc.Pod, addrs: alloc.Addrs, ports: ports.Ports})
+			pods = append(pods, firewall.PublishedPod{Pod: alloc.Pod, Addrs: alloc.Addrs, Ports: ports.Ports})
 		}
 	}
-	return a.firewall.apply(buildRuleset(a.settings, pods))
+	return a.firewall.Apply(firewall.Build(a.settings, pods))
 }
 
 // syncHostPorts reconciles the hostPorts with the pods the runtime lists, after Synchronize
@@ -111,23 +116,23 @@ func (a *activeConfig) applyRulesetLocked(without ...string) error {
 func (a *activeConfig) syncHostPorts(ctx context.Context, listed []podWithPorts) {
 	a.firewallMu.Lock()
 	defer a.firewallMu.Unlock()
-	allocs, err := a.store.list()
+	allocs, err := a.store.List()
 	if err != nil {
 		log.Errorf(ctx, "nri-bridge: synchronize hostPorts: %v", err)
 		return
 	}
-	held, err := a.store.allHostPorts()
+	held, err := a.store.AllHostPorts()
 	if err != nil {
 		log.Errorf(ctx, "nri-bridge: synchronize hostPorts: %v", err)
 		return
 	}
-	allocated := map[string]*allocation{}
+	allocated := map[string]*store.Allocation{}
 	for _, alloc := range allocs {
 		allocated[alloc.Pod.ID] = alloc
 	}
 	for id, ports := range held {
 		if allocated[id] == nil {
-			if err := a.store.releaseHostPorts(id); err != nil {
+			if err := a.store.ReleaseHostPorts(id); err != nil {
 				log.Errorf(ctx, "nri-bridge: synchronize: releasing the hostPorts of %s: %v", ports.Pod, err)
 			}
 		}
@@ -139,8 +144,8 @@ func (a *activeConfig) syncHostPorts(ctx context.Context, listed []podWithPorts)
 		}
 		ports, err := publishedPortsOf(a.settings, pod.ports)
 		if err == nil && len(ports) > 0 {
-			if _, err = a.store.claimHostPorts(alloc.Pod, ports); err == nil {
-				err = a.firewall.enableHairpin(alloc.HostVeth)
+			if _, err = a.store.ClaimHostPorts(alloc.Pod, ports); err == nil {
+				err = a.firewall.EnableHairpin(alloc.HostVeth)
 			}
 		}
 		if err != nil {
@@ -154,27 +159,17 @@ func (a *activeConfig) syncHostPorts(ctx context.Context, listed []podWithPorts)
 
 // podWithPorts is a pod as the runtime lists it, with its port mappings.
 type podWithPorts struct {
-	ref   podRef
-	ports []portMapping
-}
-
-// hasFamily tells whether pods get an address of the family (IPv4 or IPv6).
-func (s *settings) hasFamily(is4 bool) bool {
-	for _, p := range s.pools {
-		if p.subnet.Addr().Is4() == is4 {
-			return true
-		}
-	}
-	return false
+	ref   store.PodRef
+	ports []hostport.Mapping
 }
 
 // publishedPortsOf validates the ports a pod publishes against the configuration. On a secondary
 // interface a pod publishes none: its hostPorts are the pod network's (CNI's portmap).
-func publishedPortsOf(s *settings, mappings []portMapping) ([]portMapping, error) {
-	if s.secondary() {
+func publishedPortsOf(s *config.Settings, mappings []hostport.Mapping) ([]hostport.Mapping, error) {
+	if s.Secondary() {
 		return nil, nil
 	}
-	ports, err := publishedPorts(mappings, s.hasFamily(true), s.hasFamily(false))
+	ports, err := hostport.Published(mappings, s.HasFamily(true), s.HasFamily(false))
 	if err != nil {
 		return nil, fmt.Errorf("port mappings: %w", err)
 	}

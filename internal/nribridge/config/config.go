@@ -1,4 +1,6 @@
-package main
+// Package config is nri-bridge's configuration: the YAML document and flags an operator writes,
+// and the validated settings the other packages work from.
+package config
 
 import (
 	"errors"
@@ -30,7 +32,7 @@ type Config struct {
 	Masquerade bool `json:"masquerade,omitempty"`
 	// Interface is the pod's interface. With eth0, the name containerd gives CNI's interface,
 	// nri-bridge is the pod network. Any other name makes it a secondary network next to the
-	// pod network (CNI's eth0): see settings.secondary.
+	// pod network (CNI's eth0): see Settings.Secondary.
 	Interface string `json:"interface,omitempty"`
 }
 
@@ -43,71 +45,82 @@ type SubnetConfig struct {
 }
 
 const (
-	defaultBridge   = "nribr0"
-	defaultMTU      = 1500
-	defaultStateDir = "/var/lib/nri-bridge"
-	// defaultInterface is the pod's interface as containerd names CNI's: the pod network's.
-	defaultInterface = "eth0"
-	maxIfNameLen     = 15 // IFNAMSIZ - 1
+	DefaultBridge   = "nribr0"
+	DefaultMTU      = 1500
+	DefaultStateDir = "/var/lib/nri-bridge"
+	// DefaultInterface is the pod's interface as containerd names CNI's: the pod network's.
+	DefaultInterface = "eth0"
+	MaxIfNameLen     = 15 // IFNAMSIZ - 1
 )
 
-func defaultConfig() Config {
-	return Config{Bridge: defaultBridge, MTU: defaultMTU, StateDir: defaultStateDir, Interface: defaultInterface}
+func Default() Config {
+	return Config{Bridge: DefaultBridge, MTU: DefaultMTU, StateDir: DefaultStateDir, Interface: DefaultInterface}
 }
 
-// settings is a validated Config.
-type settings struct {
-	bridge   string
-	mtu      int
-	stateDir string
-	pools    []pool // IPv4 first when both are configured: the first pool gives the primary IP
-	// masquerade: see Config.Masquerade.
-	masquerade bool
-	// podInterface: see Config.Interface.
-	podInterface string
+// Settings is a validated Config. The fields are read-only for its users.
+type Settings struct {
+	Bridge   string
+	MTU      int
+	StateDir string
+	Pools    []Pool // IPv4 first when both are configured: the first pool gives the primary IP
+	// Masquerade: see Config.Masquerade.
+	Masquerade bool
+	// PodInterface: see Config.Interface.
+	PodInterface string
 }
 
-func (s *settings) equal(o *settings) bool {
-	return s.bridge == o.bridge && s.mtu == o.mtu && s.stateDir == o.stateDir && slices.Equal(s.pools, o.pools) &&
-		s.masquerade == o.masquerade && s.podInterface == o.podInterface
+// Equal tells whether two settings are the same configuration.
+func (s *Settings) Equal(o *Settings) bool {
+	return s.Bridge == o.Bridge && s.MTU == o.MTU && s.StateDir == o.StateDir && slices.Equal(s.Pools, o.Pools) &&
+		s.Masquerade == o.Masquerade && s.PodInterface == o.PodInterface
 }
 
-// secondary tells whether the pods' interface is a secondary network next to the pod network
+// Secondary tells whether the pods' interface is a secondary network next to the pod network
 // (CNI's eth0), which owns the pod's default routes, IPs and hostPorts: nri-bridge then sets no
 // default route, reports no pod IP through PodSandboxStatus and publishes no hostPort.
-func (s *settings) secondary() bool {
-	return s.podInterface != defaultInterface
+func (s *Settings) Secondary() bool {
+	return s.PodInterface != DefaultInterface
 }
 
-// defaultRoutePools are the pools whose gateways are the pods' default routes: none on a
+// DefaultRoutePools are the pools whose gateways are the pods' default routes: none on a
 // secondary interface.
-func (s *settings) defaultRoutePools() []pool {
-	if s.secondary() {
+func (s *Settings) DefaultRoutePools() []Pool {
+	if s.Secondary() {
 		return nil
 	}
-	return s.pools
+	return s.Pools
 }
 
-// pool is one family's subnet with the addresses that pods never get.
-type pool struct {
-	family  string // "IPv4" or "IPv6", as errors name it
-	subnet  netip.Prefix
-	gateway netip.Addr
+// HasFamily tells whether pods get an address of the family (IPv4 or IPv6).
+func (s *Settings) HasFamily(is4 bool) bool {
+	for _, p := range s.Pools {
+		if p.Subnet.Addr().Is4() == is4 {
+			return true
+		}
+	}
+	return false
 }
 
-func (p pool) String() string {
-	return fmt.Sprintf("%s %s gateway %s", p.family, p.subnet, p.gateway)
+// Pool is one family's subnet with the addresses that pods never get.
+type Pool struct {
+	Family  string // "IPv4" or "IPv6", as errors name it
+	Subnet  netip.Prefix
+	Gateway netip.Addr
 }
 
-// gatewayPrefix is the gateway address with the subnet's length, as set on the bridge.
-func (p pool) gatewayPrefix() netip.Prefix {
-	return netip.PrefixFrom(p.gateway, p.subnet.Bits())
+func (p Pool) String() string {
+	return fmt.Sprintf("%s %s gateway %s", p.Family, p.Subnet, p.Gateway)
 }
 
-// reserved tells whether addr is never handed to a pod: the network address (IPv6: the
+// GatewayPrefix is the gateway address with the subnet's length, as set on the bridge.
+func (p Pool) GatewayPrefix() netip.Prefix {
+	return netip.PrefixFrom(p.Gateway, p.Subnet.Bits())
+}
+
+// Reserved tells whether addr is never handed to a pod: the network address (IPv6: the
 // subnet-router anycast address), the gateway and, for IPv4, the broadcast address.
-func (p pool) reserved(addr netip.Addr) bool {
-	return addr == p.subnet.Addr() || addr == p.gateway || (addr.Is4() && addr == lastAddr(p.subnet))
+func (p Pool) Reserved(addr netip.Addr) bool {
+	return addr == p.Subnet.Addr() || addr == p.Gateway || (addr.Is4() && addr == lastAddr(p.Subnet))
 }
 
 // lastAddr is the highest address of prefix.
@@ -120,9 +133,9 @@ func lastAddr(prefix netip.Prefix) netip.Addr {
 	return addr
 }
 
-// validate checks everything that can be checked without looking at the host.
-func (c Config) validate() (*settings, error) {
-	s := &settings{bridge: c.Bridge, mtu: c.MTU, stateDir: c.StateDir, masquerade: c.Masquerade, podInterface: c.Interface}
+// Validate checks everything that can be checked without looking at the host.
+func (c Config) Validate() (*Settings, error) {
+	s := &Settings{Bridge: c.Bridge, MTU: c.MTU, StateDir: c.StateDir, Masquerade: c.Masquerade, PodInterface: c.Interface}
 	if err := validIfName(c.Bridge); err != nil {
 		return nil, fmt.Errorf("bridge: %w", err)
 	}
@@ -132,7 +145,7 @@ func (c Config) validate() (*settings, error) {
 	if c.Interface == "lo" {
 		return nil, errors.New(`interface "lo": the pod's loopback interface cannot carry the pod's addresses`)
 	}
-	if c.Masquerade && s.secondary() {
+	if c.Masquerade && s.Secondary() {
 		return nil, fmt.Errorf("masquerade with interface %s: the pods' traffic beyond the pod subnets leaves through the pod network's default route, not through %s; remove masquerade",
 			c.Interface, c.Interface)
 	}
@@ -153,7 +166,7 @@ func (c Config) validate() (*settings, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.pools = append(s.pools, p)
+		s.Pools = append(s.Pools, p)
 	}
 	minMTU := 576 // RFC 791: every IPv4 host accepts 576-byte datagrams
 	if c.IPv6 != nil {
@@ -166,48 +179,48 @@ func (c Config) validate() (*settings, error) {
 }
 
 func validIfName(name string) error {
-	if name == "" || len(name) > maxIfNameLen || name == "." || name == ".." ||
+	if name == "" || len(name) > MaxIfNameLen || name == "." || name == ".." ||
 		strings.ContainsAny(name, "/: \t\n") {
 		return fmt.Errorf("%q is not a valid interface name (1-%d characters, no '/', ':' or spaces)",
-			name, maxIfNameLen)
+			name, MaxIfNameLen)
 	}
 	return nil
 }
 
-func parsePool(family string, c *SubnetConfig) (pool, error) {
+func parsePool(family string, c *SubnetConfig) (Pool, error) {
 	key := strings.ToLower(family)
 	subnet, err := netip.ParsePrefix(c.Subnet)
 	if err != nil {
-		return pool{}, fmt.Errorf("%s.subnet %q: not a CIDR subnet: %w", key, c.Subnet, err)
+		return Pool{}, fmt.Errorf("%s.subnet %q: not a CIDR subnet: %w", key, c.Subnet, err)
 	}
 	addr := subnet.Addr()
 	if is4 := family == "IPv4"; addr.Is4() != is4 || addr.Is4In6() {
-		return pool{}, fmt.Errorf("%s.subnet %s: not an %s subnet", key, subnet, family)
+		return Pool{}, fmt.Errorf("%s.subnet %s: not an %s subnet", key, subnet, family)
 	}
 	if subnet.Masked() != subnet {
-		return pool{}, fmt.Errorf("%s.subnet %s: host bits set (the subnet is %s)", key, subnet, subnet.Masked())
+		return Pool{}, fmt.Errorf("%s.subnet %s: host bits set (the subnet is %s)", key, subnet, subnet.Masked())
 	}
 	if !addr.IsGlobalUnicast() {
-		return pool{}, fmt.Errorf("%s.subnet %s: not a unicast subnet (loopback, link-local, multicast or unspecified)", key, subnet)
+		return Pool{}, fmt.Errorf("%s.subnet %s: not a unicast subnet (loopback, link-local, multicast or unspecified)", key, subnet)
 	}
 	// The gateway and at least one pod must fit besides the reserved addresses.
 	if subnet.Bits() > maxBits(family) {
-		return pool{}, fmt.Errorf("%s.subnet %s: too small, no room for a gateway and a pod (at most /%d)",
+		return Pool{}, fmt.Errorf("%s.subnet %s: too small, no room for a gateway and a pod (at most /%d)",
 			key, subnet, maxBits(family))
 	}
-	p := pool{family: family, subnet: subnet}
+	p := Pool{Family: family, Subnet: subnet}
 	if c.Gateway == "" {
-		p.gateway = addr.Next()
+		p.Gateway = addr.Next()
 		return p, nil
 	}
-	if p.gateway, err = netip.ParseAddr(c.Gateway); err != nil {
-		return pool{}, fmt.Errorf("%s.gateway %q: not an IP address: %w", key, c.Gateway, err)
+	if p.Gateway, err = netip.ParseAddr(c.Gateway); err != nil {
+		return Pool{}, fmt.Errorf("%s.gateway %q: not an IP address: %w", key, c.Gateway, err)
 	}
-	if !subnet.Contains(p.gateway) {
-		return pool{}, fmt.Errorf("%s.gateway %s: outside subnet %s", key, p.gateway, subnet)
+	if !subnet.Contains(p.Gateway) {
+		return Pool{}, fmt.Errorf("%s.gateway %s: outside subnet %s", key, p.Gateway, subnet)
 	}
-	if p.gateway == addr || (p.gateway.Is4() && p.gateway == lastAddr(subnet)) {
-		return pool{}, fmt.Errorf("%s.gateway %s: the network or broadcast address of %s", key, p.gateway, subnet)
+	if p.Gateway == addr || (p.Gateway.Is4() && p.Gateway == lastAddr(subnet)) {
+		return Pool{}, fmt.Errorf("%s.gateway %s: the network or broadcast address of %s", key, p.Gateway, subnet)
 	}
 	return p, nil
 }
@@ -220,34 +233,34 @@ func maxBits(family string) int {
 	return 126
 }
 
-// checkHostOverlap refuses pools that overlap a route of the host that does not go through
+// CheckHostOverlap refuses pools that overlap a route of the host that does not go through
 // the plugin's own bridge: pods would shadow (or be shadowed by) an existing network.
-func (s *settings) checkHostOverlap(routes []hostRoute) error {
-	for _, p := range s.pools {
+func (s *Settings) CheckHostOverlap(routes []HostRoute) error {
+	for _, p := range s.Pools {
 		for _, r := range routes {
-			if r.dev == s.bridge || r.dst.Bits() == 0 || !r.dst.Overlaps(p.subnet) {
+			if r.Dev == s.Bridge || r.Dst.Bits() == 0 || !r.Dst.Overlaps(p.Subnet) {
 				continue
 			}
-			return fmt.Errorf("%s subnet %s overlaps the host route %s dev %s", p.family, p.subnet, r.dst, r.dev)
+			return fmt.Errorf("%s subnet %s overlaps the host route %s dev %s", p.Family, p.Subnet, r.Dst, r.Dev)
 		}
 	}
 	return nil
 }
 
-// hostRoute is a destination the host already routes somewhere.
-type hostRoute struct {
-	dst netip.Prefix
-	dev string
+// HostRoute is a destination the host already routes somewhere.
+type HostRoute struct {
+	Dst netip.Prefix
+	Dev string
 }
 
-// configFlags records the flags given on the command line; they override the YAML config.
-type configFlags struct {
-	file      string
+// Flags records the flags given on the command line; they override the YAML config.
+type Flags struct {
+	File      string
 	overrides []func(*Config)
 }
 
-func (f *configFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.file, "config", "", "YAML configuration `file` (standalone mode; a runtime-supplied configuration replaces it)")
+func (f *Flags) Register(fs *flag.FlagSet) {
+	fs.StringVar(&f.File, "config", "", "YAML configuration `file` (standalone mode; a runtime-supplied configuration replaces it)")
 	str := func(name, usage string, set func(*Config, string)) {
 		fs.Func(name, usage, func(v string) error {
 			f.overrides = append(f.overrides, func(c *Config) { set(c, v) })
@@ -260,9 +273,9 @@ func (f *configFlags) register(fs *flag.FlagSet) {
 		}
 		return *c
 	}
-	str("bridge", "bridge `name` (default "+defaultBridge+")", func(c *Config, v string) { c.Bridge = v })
-	str("state-dir", "state `directory` (default "+defaultStateDir+")", func(c *Config, v string) { c.StateDir = v })
-	str("interface", "the pods' interface `name` (default "+defaultInterface+"); another name makes nri-bridge a secondary network next to CNI's "+defaultInterface, func(c *Config, v string) { c.Interface = v })
+	str("bridge", "bridge `name` (default "+DefaultBridge+")", func(c *Config, v string) { c.Bridge = v })
+	str("state-dir", "state `directory` (default "+DefaultStateDir+")", func(c *Config, v string) { c.StateDir = v })
+	str("interface", "the pods' interface `name` (default "+DefaultInterface+"); another name makes nri-bridge a secondary network next to CNI's "+DefaultInterface, func(c *Config, v string) { c.Interface = v })
 	str("ipv4-subnet", "pod IPv4 `CIDR`", func(c *Config, v string) { subnet(&c.IPv4).Subnet = v })
 	str("ipv4-gateway", "IPv4 gateway `address` (default: first address of the subnet)", func(c *Config, v string) { subnet(&c.IPv4).Gateway = v })
 	str("ipv6-subnet", "pod IPv6 `CIDR`", func(c *Config, v string) { subnet(&c.IPv6).Subnet = v })
@@ -275,7 +288,7 @@ func (f *configFlags) register(fs *flag.FlagSet) {
 		f.overrides = append(f.overrides, func(c *Config) { c.Masquerade = on })
 		return nil
 	})
-	fs.Func("mtu", "`MTU` of the bridge and the veths (default "+strconv.Itoa(defaultMTU)+")", func(v string) error {
+	fs.Func("mtu", "`MTU` of the bridge and the veths (default "+strconv.Itoa(DefaultMTU)+")", func(v string) error {
 		mtu, err := strconv.Atoi(v)
 		if err != nil {
 			return fmt.Errorf("not a number: %q", v)
@@ -285,10 +298,10 @@ func (f *configFlags) register(fs *flag.FlagSet) {
 	})
 }
 
-// resolveConfig builds the configuration: defaults, then the YAML document (unknown keys are
+// Resolve builds the configuration: defaults, then the YAML document (unknown keys are
 // an error), then the command line flags.
-func resolveConfig(yamlDoc []byte, flags *configFlags) (Config, error) {
-	cfg := defaultConfig()
+func Resolve(yamlDoc []byte, flags *Flags) (Config, error) {
+	cfg := Default()
 	if err := yaml.UnmarshalStrict(yamlDoc, &cfg); err != nil {
 		return Config{}, fmt.Errorf("invalid YAML configuration: %w", err)
 	}
@@ -296,4 +309,17 @@ func resolveConfig(yamlDoc []byte, flags *configFlags) (Config, error) {
 		override(&cfg)
 	}
 	return cfg, nil
+}
+
+// Load resolves a configuration document with the flags and validates it.
+func Load(yamlDoc []byte, flags *Flags) (*Settings, error) {
+	cfg, err := Resolve(yamlDoc, flags)
+	if err != nil {
+		return nil, err
+	}
+	s, err := cfg.Validate()
+	if err != nil {
+		return nil, fmt.Errorf("invalid configuration: %w", err)
+	}
+	return s, nil
 }

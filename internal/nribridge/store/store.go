@@ -1,4 +1,6 @@
-package main
+// Package store is nri-bridge's database (bbolt, in the state directory): the pods' address
+// allocations and the hostPorts they hold.
+package store
 
 import (
 	"encoding/json"
@@ -10,25 +12,27 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/knext-dev/knext/internal/nribridge/config"
 )
 
-// podRef identifies a pod in the store and in messages.
-type podRef struct {
+// PodRef identifies a pod in the store and in messages.
+type PodRef struct {
 	ID        string `json:"id"`
 	Namespace string `json:"namespace,omitempty"`
 	Name      string `json:"name,omitempty"`
 	UID       string `json:"uid,omitempty"`
 }
 
-func (p podRef) String() string {
+func (p PodRef) String() string {
 	return fmt.Sprintf("pod %s/%s (sandbox %s)", p.Namespace, p.Name, p.ID)
 }
 
-// allocation is what the plugin owns for one pod. It is persisted before the pod's netns is
+// Allocation is what the plugin owns for one pod. It is persisted before the pod's netns is
 // touched, so that every veth and address the plugin may have created is found again after a
 // crash.
-type allocation struct {
-	Pod      podRef `json:"pod"`
+type Allocation struct {
+	Pod      PodRef `json:"pod"`
 	NetNS    string `json:"netns"`
 	HostVeth string `json:"hostVeth"`
 	// Addrs are the pod's addresses with their subnet length, in pool order (IPv4 first).
@@ -41,22 +45,22 @@ var (
 	cursorsBucket = []byte("cursors") // family -> last address handed out
 )
 
-// store is the IP address manager: a bbolt database, so an allocation is on disk (fsync'ed)
-// when allocate returns and concurrent allocations are serialized by bbolt's write lock.
-type store struct {
-	db    *bolt.DB
-	pools []pool
+// Store is the IP address manager: a bbolt database, so an allocation is on disk (fsync'ed)
+// when Allocate returns and concurrent allocations are serialized by bbolt's write lock.
+type Store struct {
+	db *bolt.DB
 }
 
-const storeFile = "allocations.db"
+// File is the database's file in the state directory.
+const File = "allocations.db"
 
-// openStore opens (creating if needed) the database in dir. bbolt locks the file, so a second
+// Open opens (creating if needed) the database in dir. bbolt locks the file, so a second
 // nri-bridge on the same state directory fails here instead of handing out duplicates.
-func openStore(dir string, pools []pool) (*store, error) {
+func Open(dir string) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
-	path := filepath.Join(dir, storeFile)
+	path := filepath.Join(dir, File)
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
 	if err != nil {
 		if errors.Is(err, bolt.ErrTimeout) {
@@ -76,25 +80,26 @@ func openStore(dir string, pools []pool) (*store, error) {
 		db.Close()
 		return nil, fmt.Errorf("allocation store %s: %w", path, err)
 	}
-	return &store{db: db, pools: pools}, nil
+	return &Store{db: db}, nil
 }
 
-func (s *store) close() error {
+// Close closes the database.
+func (s *Store) Close() error {
 	return s.db.Close()
 }
 
-// allocate returns the pod's allocation, creating it with one address per pool if the pod has
-// none (created tells which). Either every pool gives an address or nothing is stored.
-func (s *store) allocate(pod podRef, netns, hostVeth string) (alloc *allocation, created bool, err error) {
+// Allocate returns the pod's allocation, creating it with one address of each of pools if the pod
+// has none (created tells which). Either every pool gives an address or nothing is stored.
+func (s *Store) Allocate(pools []config.Pool, pod PodRef, netns, hostVeth string) (alloc *Allocation, created bool, err error) {
 	err = s.db.Update(func(tx *bolt.Tx) error {
 		var err error
 		if alloc, err = getAllocation(tx, pod.ID); err != nil || alloc != nil {
 			return err
 		}
 		created = true
-		alloc = &allocation{Pod: pod, NetNS: netns, HostVeth: hostVeth}
+		alloc = &Allocation{Pod: pod, NetNS: netns, HostVeth: hostVeth}
 		addrs, cursors := tx.Bucket(addrsBucket), tx.Bucket(cursorsBucket)
-		for _, p := range s.pools {
+		for _, p := range pools {
 			addr, err := nextFree(addrs, cursors, p)
 			if err != nil {
 				return err
@@ -102,10 +107,10 @@ func (s *store) allocate(pod podRef, netns, hostVeth string) (alloc *allocation,
 			if err := addrs.Put([]byte(addr.String()), []byte(pod.ID)); err != nil {
 				return err
 			}
-			if err := cursors.Put([]byte(p.family), []byte(addr.String())); err != nil {
+			if err := cursors.Put([]byte(p.Family), []byte(addr.String())); err != nil {
 				return err
 			}
-			alloc.Addrs = append(alloc.Addrs, netip.PrefixFrom(addr, p.subnet.Bits()))
+			alloc.Addrs = append(alloc.Addrs, netip.PrefixFrom(addr, p.Subnet.Bits()))
 		}
 		return putAllocation(tx, alloc)
 	})
@@ -117,26 +122,26 @@ func (s *store) allocate(pod podRef, netns, hostVeth string) (alloc *allocation,
 
 // nextFree hands out addresses round-robin from the last one handed out, so that a released
 // address is reused as late as possible (stale ARP/neighbour and conntrack entries age out).
-func nextFree(addrs, cursors *bolt.Bucket, p pool) (netip.Addr, error) {
-	start := p.subnet.Addr()
-	if last, err := netip.ParseAddr(string(cursors.Get([]byte(p.family)))); err == nil && p.subnet.Contains(last) {
+func nextFree(addrs, cursors *bolt.Bucket, p config.Pool) (netip.Addr, error) {
+	start := p.Subnet.Addr()
+	if last, err := netip.ParseAddr(string(cursors.Get([]byte(p.Family)))); err == nil && p.Subnet.Contains(last) {
 		start = last
 	}
-	for addr := advance(p.subnet, start); ; addr = advance(p.subnet, addr) {
-		if !p.reserved(addr) && addrs.Get([]byte(addr.String())) == nil {
+	for addr := advance(p.Subnet, start); ; addr = advance(p.Subnet, addr) {
+		if !p.Reserved(addr) && addrs.Get([]byte(addr.String())) == nil {
 			return addr, nil
 		}
 		if addr == start {
-			return netip.Addr{}, &poolExhaustedError{p}
+			return netip.Addr{}, &PoolExhaustedError{Pool: p}
 		}
 	}
 }
 
-// poolExhaustedError says that a pool has no free address.
-type poolExhaustedError struct{ pool pool }
+// PoolExhaustedError says that a pool has no free address.
+type PoolExhaustedError struct{ Pool config.Pool }
 
-func (e *poolExhaustedError) Error() string {
-	return fmt.Sprintf("no free %s address in %s", e.pool.family, e.pool.subnet)
+func (e *PoolExhaustedError) Error() string {
+	return fmt.Sprintf("no free %s address in %s", e.Pool.Family, e.Pool.Subnet)
 }
 
 // advance returns the address after addr in subnet, wrapping around at the end.
@@ -147,9 +152,9 @@ func advance(subnet netip.Prefix, addr netip.Addr) netip.Addr {
 	return subnet.Addr()
 }
 
-// get returns the pod's allocation, nil if it has none.
-func (s *store) get(podID string) (*allocation, error) {
-	var alloc *allocation
+// Get returns the pod's allocation, nil if it has none.
+func (s *Store) Get(podID string) (*Allocation, error) {
+	var alloc *Allocation
 	err := s.db.View(func(tx *bolt.Tx) error {
 		var err error
 		alloc, err = getAllocation(tx, podID)
@@ -158,8 +163,8 @@ func (s *store) get(podID string) (*allocation, error) {
 	return alloc, err
 }
 
-// release forgets the pod's allocation and frees its addresses; releasing twice is no error.
-func (s *store) release(podID string) error {
+// Release forgets the pod's allocation and frees its addresses; releasing twice is no error.
+func (s *Store) Release(podID string) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		alloc, err := getAllocation(tx, podID)
 		if err != nil || alloc == nil {
@@ -179,9 +184,9 @@ func (s *store) release(podID string) error {
 	})
 }
 
-// list returns every allocation.
-func (s *store) list() ([]*allocation, error) {
-	var allocs []*allocation
+// List returns every allocation.
+func (s *Store) List() ([]*Allocation, error) {
+	var allocs []*Allocation
 	err := s.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(podsBucket).ForEach(func(k, v []byte) error {
 			alloc, err := decodeAllocation(k, v)
@@ -195,7 +200,7 @@ func (s *store) list() ([]*allocation, error) {
 	return allocs, err
 }
 
-func getAllocation(tx *bolt.Tx, podID string) (*allocation, error) {
+func getAllocation(tx *bolt.Tx, podID string) (*Allocation, error) {
 	v := tx.Bucket(podsBucket).Get([]byte(podID))
 	if v == nil {
 		return nil, nil
@@ -203,15 +208,15 @@ func getAllocation(tx *bolt.Tx, podID string) (*allocation, error) {
 	return decodeAllocation([]byte(podID), v)
 }
 
-func decodeAllocation(key, value []byte) (*allocation, error) {
-	alloc := &allocation{}
+func decodeAllocation(key, value []byte) (*Allocation, error) {
+	alloc := &Allocation{}
 	if err := json.Unmarshal(value, alloc); err != nil {
 		return nil, fmt.Errorf("allocation store: corrupt record for sandbox %s: %w", key, err)
 	}
 	return alloc, nil
 }
 
-func putAllocation(tx *bolt.Tx, alloc *allocation) error {
+func putAllocation(tx *bolt.Tx, alloc *Allocation) error {
 	value, err := json.Marshal(alloc)
 	if err != nil {
 		return err

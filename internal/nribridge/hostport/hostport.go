@@ -1,45 +1,47 @@
-package main
+// Package hostport is what a hostPort is: a pod's port mapping as CRI defines it, validated, and
+// when two mappings claim the same port of the node.
+package hostport
 
 import (
 	"fmt"
 	"net/netip"
 )
 
-// protocol is the transport protocol of a port mapping, named as CRI names it.
-type protocol string
+// Protocol is the transport protocol of a port mapping, named as CRI names it.
+type Protocol string
 
 const (
-	protoTCP  protocol = "TCP"
-	protoUDP  protocol = "UDP"
-	protoSCTP protocol = "SCTP"
+	TCP  Protocol = "TCP"
+	UDP  Protocol = "UDP"
+	SCTP Protocol = "SCTP"
 )
 
-// number is the protocol's IP protocol number, 0 for an unknown protocol.
-func (p protocol) number() uint8 {
+// Number is the protocol's IP protocol number, 0 for an unknown protocol.
+func (p Protocol) Number() uint8 {
 	switch p {
-	case protoTCP:
+	case TCP:
 		return 6
-	case protoUDP:
+	case UDP:
 		return 17
-	case protoSCTP:
+	case SCTP:
 		return 132
 	}
 	return 0
 }
 
-// portMapping is one of a pod's port mappings as CRI defines them (PodSandboxConfig's
+// Mapping is one of a pod's port mappings as CRI defines them (PodSandboxConfig's
 // port_mappings, which NRI passes on): traffic to HostPort on the node goes to ContainerPort of
 // the pod. HostIP "" means every address of the node, of both families; "0.0.0.0" and "::" every
 // address of one family; any other address only that address.
-type portMapping struct {
-	Protocol      protocol `json:"protocol"`
+type Mapping struct {
+	Protocol      Protocol `json:"protocol"`
 	ContainerPort int32    `json:"containerPort"`
 	HostPort      int32    `json:"hostPort"`
 	HostIP        string   `json:"hostIP,omitempty"`
 }
 
-// hostAddr is the address a published mapping is restricted to; invalid for every address.
-func (m portMapping) hostAddr() netip.Addr {
+// HostAddr is the address a published mapping is restricted to; invalid for every address.
+func (m Mapping) HostAddr() netip.Addr {
 	addr, err := netip.ParseAddr(m.HostIP)
 	if err != nil || addr.IsUnspecified() {
 		return netip.Addr{}
@@ -47,9 +49,9 @@ func (m portMapping) hostAddr() netip.Addr {
 	return addr
 }
 
-// publishesFamily tells whether a published mapping listens on addresses of the family of addr
+// PublishesFamily tells whether a published mapping listens on addresses of the family of addr
 // (IPv4 or IPv6).
-func (m portMapping) publishesFamily(is4 bool) bool {
+func (m Mapping) PublishesFamily(is4 bool) bool {
 	if m.HostIP == "" {
 		return true
 	}
@@ -57,46 +59,46 @@ func (m portMapping) publishesFamily(is4 bool) bool {
 }
 
 // where describes the host addresses a published mapping listens on.
-func (m portMapping) where() string {
+func (m Mapping) where() string {
 	switch {
 	case m.HostIP == "":
 		return "every address"
-	case m.hostAddr().IsValid():
+	case m.HostAddr().IsValid():
 		return m.HostIP
-	case m.publishesFamily(true):
+	case m.PublishesFamily(true):
 		return "every IPv4 address"
 	}
 	return "every IPv6 address"
 }
 
-func (m portMapping) String() string {
+func (m Mapping) String() string {
 	return fmt.Sprintf("hostPort %d/%s on %s (container port %d)", m.HostPort, m.Protocol, m.where(), m.ContainerPort)
 }
 
-// overlaps tells whether two published mappings claim a common (protocol, host address, host
+// Overlaps tells whether two published mappings claim a common (protocol, host address, host
 // port): then only one pod can have it.
-func (m portMapping) overlaps(o portMapping) bool {
+func (m Mapping) Overlaps(o Mapping) bool {
 	if m.Protocol != o.Protocol || m.HostPort != o.HostPort {
 		return false
 	}
-	if !(m.publishesFamily(true) && o.publishesFamily(true)) && !(m.publishesFamily(false) && o.publishesFamily(false)) {
+	if !(m.PublishesFamily(true) && o.PublishesFamily(true)) && !(m.PublishesFamily(false) && o.PublishesFamily(false)) {
 		return false
 	}
-	a, b := m.hostAddr(), o.hostAddr()
+	a, b := m.HostAddr(), o.HostAddr()
 	return !a.IsValid() || !b.IsValid() || a == b
 }
 
-// publishedPorts returns the mappings of a pod that publish a host port, validated and with
+// Published returns the mappings of a pod that publish a host port, validated and with
 // HostIP in canonical form, without duplicates. As in CRI (and containerd's CNI path), a mapping
 // with host port 0 publishes nothing: the kubelet lists every container port of the pod.
 // has4 and has6 tell which families the pods get addresses of.
-func publishedPorts(mappings []portMapping, has4, has6 bool) ([]portMapping, error) {
-	var published []portMapping
+func Published(mappings []Mapping, has4, has6 bool) ([]Mapping, error) {
+	var published []Mapping
 	for _, m := range mappings {
 		if m.HostPort <= 0 {
 			continue
 		}
-		if m.Protocol.number() == 0 {
+		if m.Protocol.Number() == 0 {
 			return nil, fmt.Errorf("hostPort %d: protocol %q is not supported (TCP, UDP or SCTP)", m.HostPort, m.Protocol)
 		}
 		if m.HostPort > 65535 {
@@ -115,9 +117,9 @@ func publishedPorts(mappings []portMapping, has4, has6 bool) ([]portMapping, err
 			}
 			m.HostIP = addr.Unmap().String()
 		}
-		if !(has4 && m.publishesFamily(true)) && !(has6 && m.publishesFamily(false)) {
+		if !(has4 && m.PublishesFamily(true)) && !(has6 && m.PublishesFamily(false)) {
 			family := "IPv6"
-			if m.publishesFamily(true) {
+			if m.PublishesFamily(true) {
 				family = "IPv4"
 			}
 			return nil, fmt.Errorf("%s: pods get no %s address from nri-bridge (no %s subnet configured)", m, family, family)
@@ -128,7 +130,7 @@ func publishedPorts(mappings []portMapping, has4, has6 bool) ([]portMapping, err
 				duplicate = true
 				break
 			}
-			if p.overlaps(m) {
+			if p.Overlaps(m) {
 				return nil, fmt.Errorf("the pod lists both %s and %s", p, m)
 			}
 		}

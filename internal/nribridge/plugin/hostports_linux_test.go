@@ -1,4 +1,4 @@
-package main
+package plugin
 
 import (
 	"encoding/binary"
@@ -18,6 +18,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/knext-dev/knext/internal/netnstest"
+	"github.com/knext-dev/knext/internal/nribridge/config"
+	"github.com/knext-dev/knext/internal/nribridge/firewall"
+	"github.com/knext-dev/knext/internal/nribridge/wiring"
 )
 
 // These tests change the host like network_linux_test.go: network namespaces, veths, a bridge
@@ -67,8 +70,8 @@ func sysctlValue(t *testing.T, name string) string {
 
 func wantTable(t *testing.T, bridge string, want bool) {
 	t.Helper()
-	if exists, err := tableExists(bridge); err != nil || exists != want {
-		t.Errorf("nftables table inet %s exists: %v (%v), want %v", tableName(bridge), exists, err, want)
+	if exists, err := firewall.TableExists(bridge); err != nil || exists != want {
+		t.Errorf("nftables table inet %s exists: %v (%v), want %v", firewall.TableName(bridge), exists, err, want)
 	}
 }
 
@@ -76,7 +79,7 @@ func TestNetnsHostPorts(t *testing.T) {
 	requireRoot(t)
 	p, s := newNetnsPlugin(t)
 	peer := netnstest.NewPeer(t) // another host, linked to the node
-	gw4, gw6 := s.pools[0].gateway, s.pools[1].gateway
+	gw4, gw6 := s.Pools[0].Gateway, s.Pools[1].Gateway
 	anyPort, onPeer4, only6, udp := netnstest.Port(t), netnstest.Port(t), netnstest.Port(t), netnstest.Port(t)
 
 	web, _ := newNetns(t, "web")
@@ -120,7 +123,7 @@ func TestNetnsHostPorts(t *testing.T) {
 	reach(t, webNS, "tcp4", peer.Host4, anyPort, "web saw "+gw4.String())
 	reach(t, webNS, "tcp6", peer.Host6, anyPort, "web saw "+gw6.String())
 	reach(t, webNS, "tcp4", gw4, anyPort, "web saw "+gw4.String())
-	hostVeth, err := netlink.LinkByName(hostVethName(web.Id))
+	hostVeth, err := netlink.LinkByName(wiring.HostVethName(web.Id))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +142,7 @@ func TestNetnsHostPorts(t *testing.T) {
 	for name, want := range map[string]string{
 		"net/ipv4/ip_forward":                           "1",
 		"net/ipv6/conf/all/forwarding":                  "1",
-		"net/ipv4/conf/" + s.bridge + "/route_localnet": "1",
+		"net/ipv4/conf/" + s.Bridge + "/route_localnet": "1",
 	} {
 		if got := sysctlValue(t, name); got != want {
 			t.Errorf("%s = %s, want %s", name, got, want)
@@ -166,9 +169,9 @@ func TestNetnsHostPorts(t *testing.T) {
 	}
 	unreachable(t, peer.NetNSPath, "tcp4", peer.Host4, anyPort)
 	refused(t, "tcp4", netip.MustParseAddr("127.0.0.1"), anyPort)
-	wantTable(t, s.bridge, false)
-	if got := sysctlValue(t, "net/ipv4/conf/"+s.bridge+"/route_localnet"); got != "0" {
-		t.Errorf("route_localnet of bridge %s after the last hostPort went: %s", s.bridge, got)
+	wantTable(t, s.Bridge, false)
+	if got := sysctlValue(t, "net/ipv4/conf/"+s.Bridge+"/route_localnet"); got != "0" {
+		t.Errorf("route_localnet of bridge %s after the last hostPort went: %s", s.Bridge, got)
 	}
 	// The port is free again.
 	if err := p.RunPodSandbox(ctx, taken); err != nil {
@@ -182,7 +185,7 @@ func TestNetnsHostPortsRebuiltOnSynchronize(t *testing.T) {
 	requireRoot(t)
 	doc, s := freeNetworkDoc(t)
 	newPlugin := func() *plugin {
-		p := &plugin{flags: &configFlags{}, newNetwork: newHostNetwork, newFirewall: newNFTFirewall}
+		p := hostPlugin(t)
 		if err := p.configure([]byte(doc)); err != nil {
 			t.Fatal(err)
 		}
@@ -207,7 +210,7 @@ func TestNetnsHostPortsRebuiltOnSynchronize(t *testing.T) {
 	// lost (flushed by someone, node rebooted with pods restored...) and one pod goes.
 	p.close()
 	reach(t, peer.NetNSPath, "tcp4", peer.Host4, port, pod.Name+" saw "+peer.Peer4.String())
-	if err := deleteTable(s.bridge); err != nil {
+	if err := firewall.DeleteTable(s.Bridge); err != nil {
 		t.Fatal(err)
 	}
 	unreachable(t, peer.NetNSPath, "tcp4", peer.Host4, port)
@@ -224,15 +227,15 @@ func TestNetnsHostPortsRebuiltOnSynchronize(t *testing.T) {
 	reach(t, peer.NetNSPath, "tcp4", peer.Host4, port, pod.Name+" saw "+peer.Peer4.String())
 	refused(t, "tcp4", peer.Host4, gonePort)
 	a, _ := p.current()
-	if held, err := a.store.hostPortsOf(gone.Id); err != nil || held != nil {
+	if held, err := a.store.HostPortsOf(gone.Id); err != nil || held != nil {
 		t.Errorf("the ports of the pod that is gone are still held: %v (%v)", held, err)
 	}
 
 	// A pod started by an nri-bridge without hostPort support gets its ports on Synchronize.
-	if err := a.store.releaseHostPorts(pod.Id); err != nil {
+	if err := a.store.ReleaseHostPorts(pod.Id); err != nil {
 		t.Fatal(err)
 	}
-	if err := deleteTable(s.bridge); err != nil {
+	if err := firewall.DeleteTable(s.Bridge); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p.Synchronize(ctx, []*api.PodSandbox{pod}, nil); err != nil {
@@ -250,7 +253,7 @@ func TestNetnsMasquerade(t *testing.T) {
 		t.Run(fmt.Sprintf("masquerade=%v", masq), func(t *testing.T) {
 			doc, s := freeNetworkDoc(t)
 			doc = strings.Replace(doc, "{", fmt.Sprintf("{masquerade: %v, ", masq), 1)
-			p := &plugin{flags: &configFlags{}, newNetwork: newHostNetwork, newFirewall: newNFTFirewall}
+			p := hostPlugin(t)
 			if err := p.configure([]byte(doc)); err != nil {
 				t.Fatal(err)
 			}
@@ -262,7 +265,7 @@ func TestNetnsMasquerade(t *testing.T) {
 			if err := p.RunPodSandbox(ctx, pod); err != nil {
 				t.Fatal(err)
 			}
-			wantTable(t, s.bridge, masq)
+			wantTable(t, s.Bridge, masq)
 			if !masq {
 				unreachable(t, podNetNS(pod), "tcp4", outside.Peer4, 80)
 				unreachable(t, podNetNS(pod), "tcp6", outside.Peer6, 80)
@@ -293,8 +296,8 @@ func TestNetnsLocalnetGuard(t *testing.T) {
 	if err := p.RunPodSandbox(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	if got := sysctlValue(t, "net/ipv4/conf/"+s.bridge+"/route_localnet"); got != "1" {
-		t.Fatalf("route_localnet of bridge %s: %s, want 1", s.bridge, got)
+	if got := sysctlValue(t, "net/ipv4/conf/"+s.Bridge+"/route_localnet"); got != "1" {
+		t.Fatalf("route_localnet of bridge %s: %s, want 1", s.Bridge, got)
 	}
 	h := podNetlink(t, pod)
 	routes, err := h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_LOCAL}, netlink.RT_FILTER_TABLE)
@@ -308,11 +311,11 @@ func TestNetnsLocalnetGuard(t *testing.T) {
 			}
 		}
 	}
-	eth0, err := h.LinkByName(defaultInterface)
+	eth0, err := h.LinkByName(config.DefaultInterface)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := h.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Dst: ipNet(loopback4), Gw: s.pools[0].gateway.AsSlice()}); err != nil {
+	if err := h.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Dst: wiring.IPNet(netip.MustParsePrefix("127.0.0.0/8")), Gw: s.Pools[0].Gateway.AsSlice()}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -440,60 +443,4 @@ func sctpInit(srcPort, dstPort uint16) []byte {
 	binary.BigEndian.PutUint32(chunk[16:], 0x5678) // initial TSN
 	binary.LittleEndian.PutUint32(pkt[8:], crc32.Checksum(pkt, crc32.MakeTable(crc32.Castagnoli)))
 	return pkt
-}
-
-// manyPods returns settings and n dual-stack pods with two hostPorts each.
-func manyPods(n int) (*settings, []publishedPod) {
-	s := &settings{bridge: "nbb" + strconv.Itoa(os.Getpid()), pools: []pool{
-		{family: "IPv4", subnet: netip.MustParsePrefix("10.99.0.0/16")},
-		{family: "IPv6", subnet: netip.MustParsePrefix("fd00:99::/64")}}}
-	var pods []publishedPod
-	for i := range n {
-		pods = append(pods, publishedPod{pod: podRef{ID: fmt.Sprint("pod-", i)},
-			addrs: []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 99, byte(i >> 8), byte(i)}), 16),
-				netip.PrefixFrom(netip.AddrFrom16([16]byte{0xfd, 0, 0, 0x99, 14: byte(i >> 8), 15: byte(i)}), 64)},
-			ports: []portMapping{{Protocol: protoTCP, HostPort: int32(30000 + i), ContainerPort: 80},
-				{Protocol: protoUDP, HostPort: int32(30000 + i), ContainerPort: 53}}})
-	}
-	return s, pods
-}
-
-// The kernel takes a table from one netlink message: a large one must fit the socket buffers.
-func TestNetnsLargeTable(t *testing.T) {
-	requireRoot(t)
-	s, pods := manyPods(500)
-	t.Cleanup(func() { deleteTable(s.bridge) })
-	rs := buildRuleset(s, pods)
-	if err := replaceTable(rs); err != nil {
-		t.Fatalf("a table for %d pods with hostPorts: %v", len(pods), err)
-	}
-	if err := replaceTable(buildRuleset(s, nil)); err != nil {
-		t.Fatal(err)
-	}
-	wantTable(t, s.bridge, false)
-}
-
-// BenchmarkReplaceTable measures what a pod start or stop with hostPorts costs in nftables: the
-// whole table rebuilt in one transaction, for dual-stack pods with two hostPorts each.
-func BenchmarkReplaceTable(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root (programs nftables)")
-	}
-	for _, n := range []int{1, 10, 100} {
-		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
-			s, pods := manyPods(n)
-			b.Cleanup(func() { deleteTable(s.bridge) })
-			rs := buildRuleset(s, pods)
-			rules := 0
-			for _, c := range rs.chains {
-				rules += len(c.rules)
-			}
-			for b.Loop() {
-				if err := replaceTable(rs); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(rules), "rules")
-		})
-	}
 }

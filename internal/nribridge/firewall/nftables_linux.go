@@ -1,4 +1,4 @@
-package main
+package firewall
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	nrilog "github.com/containerd/nri/pkg/log"
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
@@ -18,21 +19,24 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// nftFirewall applies rulesets to the host's nftables through netlink (no nft or iptables
+var log = nrilog.Get()
+
+// NFT applies rulesets to the host's nftables through netlink (no nft or iptables
 // binary), and makes the host settings they need.
-type nftFirewall struct {
+type NFT struct {
 	bridge string
 }
 
-func newNFTFirewall(s *settings) firewall {
-	return &nftFirewall{bridge: s.bridge}
+// NewNFT returns the packet filter of the nri-bridge instance that owns bridge.
+func NewNFT(bridge string) *NFT {
+	return &NFT{bridge: bridge}
 }
 
-// apply replaces the content of the table with rs in one transaction (deleting the table when
+// Apply replaces the content of the table with rs in one transaction (deleting the table when
 // rs is empty), and makes the host settings the rules need: forwarding of the families that are
 // forwarded (before the rules; never turned off: other users of the host may rely on it), and
 // route_localnet on the bridge (turned on after the guard rule exists, off before it goes).
-func (f *nftFirewall) apply(rs *ruleset) error {
+func (f *NFT) Apply(rs *Ruleset) error {
 	for _, fwd := range []struct {
 		on     bool
 		sysctl string
@@ -68,7 +72,7 @@ func (f *nftFirewall) apply(rs *ruleset) error {
 
 // replaceTable deletes the table and creates it again with the content of rs, in one batch
 // that the kernel commits atomically: no packet ever sees a partial table.
-func replaceTable(rs *ruleset) error {
+func replaceTable(rs *Ruleset) error {
 	messages := 4 // add, delete, add table; batch end
 	for _, c := range rs.chains {
 		messages += 1 + len(c.rules)
@@ -136,13 +140,13 @@ func batchBuffers(messages int) nftables.SockOption {
 	}
 }
 
-// deleteTable removes the table of bridge, if any.
-func deleteTable(bridge string) error {
-	return replaceTable(&ruleset{table: tableName(bridge)})
+// DeleteTable removes the table of bridge, if any.
+func DeleteTable(bridge string) error {
+	return replaceTable(&Ruleset{table: TableName(bridge)})
 }
 
-// tableExists tells whether bridge has a table.
-func tableExists(bridge string) (bool, error) {
+// TableExists tells whether bridge has a table.
+func TableExists(bridge string) (bool, error) {
 	conn, err := nftables.New()
 	if err != nil {
 		return false, fmt.Errorf("nftables: %w", err)
@@ -152,7 +156,7 @@ func tableExists(bridge string) (bool, error) {
 		return false, fmt.Errorf("nftables: listing tables: %w", err)
 	}
 	for _, t := range tables {
-		if t.Name == tableName(bridge) {
+		if t.Name == TableName(bridge) {
 			return true, nil
 		}
 	}
@@ -222,7 +226,7 @@ func (m addrMatch) exprs() []expr.Any {
 
 func (m portMatch) exprs() []expr.Any {
 	return []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1}, cmpEq([]byte{m.proto.number()}),
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1}, cmpEq([]byte{m.proto.Number()}),
 		// The destination port is at the same offset in TCP, UDP and SCTP headers.
 		&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
 		cmpEq(binaryutil.BigEndian.PutUint16(m.port)),
@@ -280,7 +284,7 @@ func (drop) exprs() []expr.Any { return []expr.Any{&expr.Verdict{Kind: expr.Verd
 
 // setRouteLocalnet lets the bridge route 127.0.0.0/8 (IPv4 localhost DNATed to a pod), or not.
 // A missing bridge needs nothing turned off.
-func (f *nftFirewall) setRouteLocalnet(on bool) error {
+func (f *NFT) setRouteLocalnet(on bool) error {
 	value := "0"
 	if on {
 		value = "1"
@@ -295,10 +299,10 @@ func (f *nftFirewall) setRouteLocalnet(on bool) error {
 	return nil
 }
 
-// enableHairpin lets the bridge send a pod's frames back to the pod's own port: with
+// EnableHairpin lets the bridge send a pod's frames back to the pod's own port: with
 // br_netfilter, a pod's connection to its own hostPort is DNATed while it is bridged and goes
 // back out of the port it came in.
-func (f *nftFirewall) enableHairpin(hostVeth string) error {
+func (f *NFT) EnableHairpin(hostVeth string) error {
 	link, err := vnetlink.LinkByName(hostVeth)
 	if err == nil {
 		err = vnetlink.LinkSetHairpin(link, true)

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"flag"
@@ -8,15 +8,11 @@ import (
 	"testing"
 )
 
-func mustValidate(t *testing.T, doc string) *settings {
+func mustValidate(t *testing.T, doc string) *Settings {
 	t.Helper()
-	cfg, err := resolveConfig([]byte(doc), &configFlags{})
+	s, err := Load([]byte(doc), &Flags{})
 	if err != nil {
-		t.Fatalf("resolveConfig(%q): %v", doc, err)
-	}
-	s, err := cfg.validate()
-	if err != nil {
-		t.Fatalf("validate(%q): %v", doc, err)
+		t.Fatalf("Load(%q): %v", doc, err)
 	}
 	return s
 }
@@ -26,34 +22,34 @@ func TestConfigDefaultsAndGateways(t *testing.T) {
 ipv6: {subnet: "fd00:88::/64"}
 ipv4: {subnet: 10.88.0.0/16}
 `)
-	if s.bridge != defaultBridge || s.mtu != defaultMTU || s.stateDir != defaultStateDir || s.podInterface != "eth0" || s.secondary() {
-		t.Errorf("defaults: got bridge %q mtu %d stateDir %q interface %q (secondary %v)", s.bridge, s.mtu, s.stateDir, s.podInterface, s.secondary())
+	if s.Bridge != DefaultBridge || s.MTU != DefaultMTU || s.StateDir != DefaultStateDir || s.PodInterface != "eth0" || s.Secondary() {
+		t.Errorf("defaults: got bridge %q mtu %d stateDir %q interface %q (secondary %v)", s.Bridge, s.MTU, s.StateDir, s.PodInterface, s.Secondary())
 	}
-	if len(s.defaultRoutePools()) != 2 {
-		t.Errorf("eth0 takes default routes through %v, want both pools", s.defaultRoutePools())
+	if len(s.DefaultRoutePools()) != 2 {
+		t.Errorf("eth0 takes default routes through %v, want both pools", s.DefaultRoutePools())
 	}
-	if len(s.pools) != 2 || s.pools[0].family != "IPv4" || s.pools[1].family != "IPv6" {
-		t.Fatalf("pools %v: want IPv4 then IPv6", s.pools)
+	if len(s.Pools) != 2 || s.Pools[0].Family != "IPv4" || s.Pools[1].Family != "IPv6" {
+		t.Fatalf("pools %v: want IPv4 then IPv6", s.Pools)
 	}
-	if got := s.pools[0].gatewayPrefix().String(); got != "10.88.0.1/16" {
+	if got := s.Pools[0].GatewayPrefix().String(); got != "10.88.0.1/16" {
 		t.Errorf("IPv4 default gateway %s, want 10.88.0.1/16", got)
 	}
-	if got := s.pools[1].gatewayPrefix().String(); got != "fd00:88::1/64" {
+	if got := s.Pools[1].GatewayPrefix().String(); got != "fd00:88::1/64" {
 		t.Errorf("IPv6 default gateway %s, want fd00:88::1/64", got)
 	}
 
 	s = mustValidate(t, `{bridge: br-pods, mtu: 9000, stateDir: /tmp/x, ipv4: {subnet: 192.168.7.0/24, gateway: 192.168.7.254}}`)
-	if s.bridge != "br-pods" || s.mtu != 9000 || s.stateDir != "/tmp/x" || len(s.pools) != 1 {
+	if s.Bridge != "br-pods" || s.MTU != 9000 || s.StateDir != "/tmp/x" || len(s.Pools) != 1 {
 		t.Fatalf("explicit settings not taken: %+v", s)
 	}
-	if s.pools[0].gateway != netip.MustParseAddr("192.168.7.254") {
-		t.Errorf("gateway %s, want 192.168.7.254", s.pools[0].gateway)
+	if s.Pools[0].Gateway != netip.MustParseAddr("192.168.7.254") {
+		t.Errorf("gateway %s, want 192.168.7.254", s.Pools[0].Gateway)
 	}
 
 	s = mustValidate(t, `{interface: net1, ipv4: {subnet: 192.168.7.0/24}}`)
-	if s.podInterface != "net1" || !s.secondary() || s.defaultRoutePools() != nil {
+	if s.PodInterface != "net1" || !s.Secondary() || s.DefaultRoutePools() != nil {
 		t.Errorf("interface net1: got %q, secondary %v, default routes through %v; want a secondary interface without default routes",
-			s.podInterface, s.secondary(), s.defaultRoutePools())
+			s.PodInterface, s.Secondary(), s.DefaultRoutePools())
 	}
 }
 
@@ -89,9 +85,9 @@ func TestConfigRefusesInvalid(t *testing.T) {
 		{`{subnet: 10.88.0.0/24}`, `unknown field "subnet"`},
 		{`ipv4: [10.88.0.0/24]`, "invalid YAML configuration"},
 	} {
-		cfg, err := resolveConfig([]byte(tc.doc), &configFlags{})
+		cfg, err := Resolve([]byte(tc.doc), &Flags{})
 		if err == nil {
-			_, err = cfg.validate()
+			_, err = cfg.Validate()
 		}
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("config %s: got error %v, want one containing %q", tc.doc, err, tc.want)
@@ -100,41 +96,41 @@ func TestConfigRefusesInvalid(t *testing.T) {
 }
 
 func TestConfigMTUFloorDependsOnFamilies(t *testing.T) {
-	if s := mustValidate(t, `{mtu: 1000, ipv4: {subnet: 10.88.0.0/24}}`); s.mtu != 1000 {
-		t.Errorf("IPv4-only MTU 1000: got %d", s.mtu)
+	if s := mustValidate(t, `{mtu: 1000, ipv4: {subnet: 10.88.0.0/24}}`); s.MTU != 1000 {
+		t.Errorf("IPv4-only MTU 1000: got %d", s.MTU)
 	}
 }
 
 func TestConfigFlagsOverrideYAML(t *testing.T) {
-	flags := &configFlags{}
+	flags := &Flags{}
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	flags.register(fs)
+	flags.Register(fs)
 	err := fs.Parse([]string{"-config", "/etc/x.yaml", "-ipv4-subnet", "10.99.0.0/24", "-mtu", "1400",
 		"-ipv6-subnet", "fd00:99::/64", "-ipv6-gateway", "fd00:99::fe", "-bridge", "br9", "-state-dir", "/run/b", "-interface", "net1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if flags.file != "/etc/x.yaml" {
-		t.Errorf("config file %q", flags.file)
+	if flags.File != "/etc/x.yaml" {
+		t.Errorf("config file %q", flags.File)
 	}
-	cfg, err := resolveConfig([]byte(`{mtu: 9000, bridge: br0, ipv4: {subnet: 10.1.0.0/16}, ipv6: {subnet: "fd00:1::/64", gateway: "fd00:1::1"}}`), flags)
+	cfg, err := Resolve([]byte(`{mtu: 9000, bridge: br0, ipv4: {subnet: 10.1.0.0/16}, ipv6: {subnet: "fd00:1::/64", gateway: "fd00:1::1"}}`), flags)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := cfg.validate()
+	s, err := cfg.Validate()
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := []string{s.bridge, s.stateDir, s.pools[0].String(), s.pools[1].String(), s.podInterface}
+	got := []string{s.Bridge, s.StateDir, s.Pools[0].String(), s.Pools[1].String(), s.PodInterface}
 	want := []string{"br9", "/run/b", "IPv4 10.99.0.0/24 gateway 10.99.0.1", "IPv6 fd00:99::/64 gateway fd00:99::fe", "net1"}
 	for i := range want {
 		if got[i] != want[i] {
 			t.Errorf("got %q, want %q", got[i], want[i])
 		}
 	}
-	if s.mtu != 1400 {
-		t.Errorf("mtu %d, want 1400", s.mtu)
+	if s.MTU != 1400 {
+		t.Errorf("mtu %d, want 1400", s.MTU)
 	}
 
 	if err := fs.Parse([]string{"-mtu", "big"}); err == nil || !strings.Contains(err.Error(), `not a number: "big"`) {
@@ -144,35 +140,71 @@ func TestConfigFlagsOverrideYAML(t *testing.T) {
 
 func TestCheckHostOverlap(t *testing.T) {
 	s := mustValidate(t, `{bridge: nribr0, ipv4: {subnet: 10.88.0.0/16}, ipv6: {subnet: "fd00:88::/64"}}`)
-	route := func(cidr, dev string) hostRoute { return hostRoute{dst: netip.MustParsePrefix(cidr), dev: dev} }
+	route := func(cidr, dev string) HostRoute { return HostRoute{Dst: netip.MustParsePrefix(cidr), Dev: dev} }
 
-	ok := []hostRoute{
+	ok := []HostRoute{
 		route("0.0.0.0/0", "eth0"), route("::/0", "eth0"), // default routes overlap everything
 		route("10.88.0.0/16", "nribr0"), route("fd00:88::/64", "nribr0"), // our own bridge
 		route("10.89.0.0/16", "eth1"), route("192.168.0.0/24", "eth0"), route("fe80::/64", "eth0"),
 	}
-	if err := s.checkHostOverlap(ok); err != nil {
+	if err := s.CheckHostOverlap(ok); err != nil {
 		t.Errorf("unexpected overlap: %v", err)
 	}
-	for _, r := range []hostRoute{route("10.0.0.0/8", "tun0"), route("10.88.3.0/24", "eth1"), route("fd00::/16", "wg0")} {
-		err := s.checkHostOverlap(append(ok, r))
-		if err == nil || !strings.Contains(err.Error(), "overlaps the host route "+r.dst.String()+" dev "+r.dev) {
-			t.Errorf("route %s dev %s: got %v", r.dst, r.dev, err)
+	for _, r := range []HostRoute{route("10.0.0.0/8", "tun0"), route("10.88.3.0/24", "eth1"), route("fd00::/16", "wg0")} {
+		err := s.CheckHostOverlap(append(ok, r))
+		if err == nil || !strings.Contains(err.Error(), "overlaps the host route "+r.Dst.String()+" dev "+r.Dev) {
+			t.Errorf("route %s dev %s: got %v", r.Dst, r.Dev, err)
 		}
 	}
 }
 
 func TestPoolReservedAddresses(t *testing.T) {
-	p := mustValidate(t, `ipv4: {subnet: 10.88.0.0/24, gateway: 10.88.0.9}`).pools[0]
+	p := mustValidate(t, `ipv4: {subnet: 10.88.0.0/24, gateway: 10.88.0.9}`).Pools[0]
 	for addr, want := range map[string]bool{"10.88.0.0": true, "10.88.0.9": true, "10.88.0.255": true, "10.88.0.1": false, "10.88.0.254": false} {
-		if got := p.reserved(netip.MustParseAddr(addr)); got != want {
+		if got := p.Reserved(netip.MustParseAddr(addr)); got != want {
 			t.Errorf("reserved(%s) = %v, want %v", addr, got, want)
 		}
 	}
-	p6 := mustValidate(t, `ipv6: {subnet: "fd00::/120"}`).pools[0]
+	p6 := mustValidate(t, `ipv6: {subnet: "fd00::/120"}`).Pools[0]
 	for addr, want := range map[string]bool{"fd00::": true, "fd00::1": true, "fd00::ff": false} {
-		if got := p6.reserved(netip.MustParseAddr(addr)); got != want {
+		if got := p6.Reserved(netip.MustParseAddr(addr)); got != want {
 			t.Errorf("reserved(%s) = %v, want %v", addr, got, want)
 		}
+	}
+}
+
+func TestConfigMasquerade(t *testing.T) {
+	if s := mustValidate(t, `ipv4: {subnet: 10.1.0.0/24}`); s.Masquerade {
+		t.Error("masquerade is on by default")
+	}
+	if s := mustValidate(t, `{masquerade: true, ipv4: {subnet: 10.1.0.0/24}}`); !s.Masquerade {
+		t.Error("masquerade: true is off")
+	}
+	flags := &Flags{}
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	flags.Register(fs)
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{{[]string{"-masquerade"}, true}, {[]string{"-masquerade=false"}, false}} {
+		flags.overrides = nil
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := Resolve([]byte(`{masquerade: true, ipv4: {subnet: 10.1.0.0/24}}`), flags)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Masquerade != tc.want {
+			t.Errorf("%v over masquerade: true: got %v", tc.args, cfg.Masquerade)
+		}
+	}
+	if err := fs.Parse([]string{"-masquerade=maybe"}); err == nil || !strings.Contains(err.Error(), `not a boolean: "maybe"`) {
+		t.Errorf("-masquerade=maybe: got %v", err)
+	}
+	a, b := mustValidate(t, `ipv4: {subnet: 10.1.0.0/24}`), mustValidate(t, `{masquerade: true, ipv4: {subnet: 10.1.0.0/24}}`)
+	if a.Equal(b) {
+		t.Error("settings that differ in masquerade are equal")
 	}
 }
