@@ -21,6 +21,7 @@ apt_packages=(
 	util-linux mount            # unshare, findmnt, mount, ipcmk: upstream's integration tests, the kubelet suite, critest
 	strace procps               # upstream's TestIssue7496 delays with strace; restart tests use pkill
 	iptables                    # CNI portmap (hostPort) in make conformance
+	nftables                    # nft: kube-proxy-like rules in nri-bridge's Service tests
 	git make gcc
 )
 missing=()

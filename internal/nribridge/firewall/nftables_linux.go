@@ -15,7 +15,6 @@ import (
 	"github.com/google/nftables/expr"
 	"github.com/google/nftables/userdata"
 	"github.com/mdlayher/netlink"
-	vnetlink "github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -295,20 +294,6 @@ func (f *NFT) setRouteLocalnet(on bool) error {
 			return nil
 		}
 		return fmt.Errorf("bridge %s: setting %s = %s: %w", f.bridge, sysctlName(name), value, err)
-	}
-	return nil
-}
-
-// EnableHairpin lets the bridge send a pod's frames back to the pod's own port: with
-// br_netfilter, a pod's connection to its own hostPort is DNATed while it is bridged and goes
-// back out of the port it came in.
-func (f *NFT) EnableHairpin(hostVeth string) error {
-	link, err := vnetlink.LinkByName(hostVeth)
-	if err == nil {
-		err = vnetlink.LinkSetHairpin(link, true)
-	}
-	if err != nil {
-		return fmt.Errorf("setting hairpin mode on %s: %w", hostVeth, err)
 	}
 	return nil
 }

@@ -17,8 +17,6 @@ import (
 type packetFilter interface {
 	// Apply makes the plugin's nftables table hold exactly rs.
 	Apply(rs *firewall.Ruleset) error
-	// EnableHairpin lets a pod reach itself through its hostPorts.
-	EnableHairpin(hostVeth string) error
 }
 
 // publishHostPorts claims the ports the pod publishes and installs their rules. The claim fails,
@@ -34,10 +32,7 @@ func (a *activeConfig) publishHostPorts(alloc *store.Allocation, ports []hostpor
 	if err != nil {
 		return err
 	}
-	err = a.firewall.EnableHairpin(alloc.HostVeth)
-	if err == nil {
-		err = a.applyRulesetLocked()
-	}
+	err = a.applyRulesetLocked()
 	// A new claim goes with its failure, so that the caller's undo needs no working firewall
 	// (rules a failed apply may have left are gone with the next one); a replayed claim stays,
 	// as the rest of the pod's network does.
@@ -144,9 +139,7 @@ func (a *activeConfig) syncHostPorts(ctx context.Context, listed []podWithPorts)
 		}
 		ports, err := publishedPortsOf(a.settings, pod.ports)
 		if err == nil && len(ports) > 0 {
-			if _, err = a.store.ClaimHostPorts(alloc.Pod, ports); err == nil {
-				err = a.firewall.EnableHairpin(alloc.HostVeth)
-			}
+			_, err = a.store.ClaimHostPorts(alloc.Pod, ports)
 		}
 		if err != nil {
 			log.Errorf(ctx, "nri-bridge: synchronize: %s: %v", pod.ref, err)

@@ -12,7 +12,6 @@ import (
 	"github.com/knext-dev/knext/internal/nribridge/firewall"
 	"github.com/knext-dev/knext/internal/nribridge/hostport"
 	"github.com/knext-dev/knext/internal/nribridge/store"
-	"github.com/knext-dev/knext/internal/nribridge/wiring"
 )
 
 // fakeFirewall records what the plugin asks of the host's packet filter.
@@ -21,7 +20,6 @@ type fakeFirewall struct {
 	applied  *firewall.Ruleset // the last ruleset applied
 	applies  int               // how many rulesets were applied
 	applyErr error
-	hairpins map[string]bool // host veths in hairpin mode
 }
 
 func (f *fakeFirewall) Apply(rs *firewall.Ruleset) error {
@@ -32,13 +30,6 @@ func (f *fakeFirewall) Apply(rs *firewall.Ruleset) error {
 	}
 	f.applied = rs
 	f.applies++
-	return nil
-}
-
-func (f *fakeFirewall) EnableHairpin(hostVeth string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.hairpins[hostVeth] = true
 	return nil
 }
 
@@ -101,8 +92,8 @@ func TestRunPodSandboxPublishesHostPorts(t *testing.T) {
 	if err := p.RunPodSandbox(ctx, portPod("plain", &api.PortMapping{Protocol: api.Protocol_TCP, ContainerPort: 80})); err != nil {
 		t.Fatal(err)
 	}
-	if got := fw.appliedRules(); got != "" || len(fw.hairpins) != 0 {
-		t.Errorf("a pod without hostPorts changed the firewall: %q, hairpins %v", got, fw.hairpins)
+	if got := fw.appliedRules(); got != "" {
+		t.Errorf("a pod without hostPorts changed the firewall: %q", got)
 	}
 
 	web := portPod("web", &api.PortMapping{Protocol: api.Protocol_TCP, ContainerPort: 80, HostPort: 8080})
@@ -117,9 +108,6 @@ func TestRunPodSandboxPublishesHostPorts(t *testing.T) {
 		if !strings.Contains(rules, want) {
 			t.Errorf("applied rules lack %s:\n%s", want, rules)
 		}
-	}
-	if !fw.hairpins[wiring.HostVethName("web")] {
-		t.Errorf("no hairpin mode on the bridge port of pod web: %v", fw.hairpins)
 	}
 
 	taken := portPod("taken", &api.PortMapping{Protocol: api.Protocol_TCP, ContainerPort: 81, HostPort: 8080, HostIp: "0.0.0.0"})
@@ -190,7 +178,7 @@ func TestHostPortsFirewallFailureLeaksNothing(t *testing.T) {
 }
 
 func TestSynchronizeRebuildsHostPorts(t *testing.T) {
-	p, _ := newTestPlugin(t, testPodDoc(t, `masquerade: true, ipv4: {subnet: 10.5.0.0/24}`))
+	p, fake := newTestPlugin(t, testPodDoc(t, `masquerade: true, ipv4: {subnet: 10.5.0.0/24}`))
 	fw := firewallOf(t, p)
 	a, _ := p.current()
 	web := portPod("web", &api.PortMapping{Protocol: api.Protocol_TCP, ContainerPort: 80, HostPort: 8080})
@@ -221,8 +209,8 @@ func TestSynchronizeRebuildsHostPorts(t *testing.T) {
 	if held, _ := a.store.HostPortsOf("orphan"); held != nil || strings.Contains(rules, "7070") {
 		t.Errorf("the claim of a pod without allocation survived Synchronize:\n%s", rules)
 	}
-	if !firewallOf(t, p).hairpins[wiring.HostVethName("old")] {
-		t.Error("the adopted pod's bridge port is not in hairpin mode")
+	if !fake.hasHairpin("old") || !fake.hasHairpin("web") {
+		t.Error("Synchronize did not put the bridge ports of the pods it kept in hairpin mode")
 	}
 
 	// Pods that are gone take their rules with them, in one rebuild of the table (each rebuild
@@ -259,8 +247,8 @@ func TestSecondaryInterfacePublishesNoHostPorts(t *testing.T) {
 	}
 	a, _ := p.current()
 	held, err := a.store.HostPortsOf("web")
-	if err != nil || held != nil || len(fw.hairpins) != 0 || strings.Contains(fw.appliedRules(), "8080") {
-		t.Errorf("a pod on a secondary interface: ports held %v (%v), hairpins %v, rules:\n%s", held, err, fw.hairpins, fw.appliedRules())
+	if err != nil || held != nil || strings.Contains(fw.appliedRules(), "8080") {
+		t.Errorf("a pod on a secondary interface: ports held %v (%v), rules:\n%s", held, err, fw.appliedRules())
 	}
 	if !fake.isWired("web") || podIPsOK(t, p, web) != "10.5.0.2" {
 		t.Errorf("the pod is not wired with its address: wired %v, IPs %q", fake.isWired("web"), podIPsOK(t, p, web))

@@ -24,6 +24,8 @@ import (
 // replaces it in tests that run without root.
 type podNetwork interface {
 	Setup(*store.Allocation) error
+	// SetHairpin puts the bridge port of a pod wired before in hairpin mode, as Setup does.
+	SetHairpin(*store.Allocation) error
 	// Detach cuts the pod off the network at once and cheaply; Teardown then removes what
 	// Setup created. Both do nothing when that is already gone.
 	Detach(*store.Allocation) error
@@ -185,6 +187,9 @@ func (p *plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, _ []*a
 		if live[alloc.Pod.ID] {
 			kept++
 			delete(live, alloc.Pod.ID)
+			if err := a.net.SetHairpin(alloc); err != nil {
+				log.Errorf(ctx, "nri-bridge: synchronize: %s: %v", alloc.Pod, err)
+			}
 			continue
 		}
 		// containerd leaves sandboxes it could not restore (state unknown) out of the list;

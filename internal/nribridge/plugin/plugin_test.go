@@ -23,6 +23,7 @@ type fakeNetwork struct {
 	mu          sync.Mutex
 	wired       map[string]*store.Allocation // host veth -> allocation
 	detached    map[string]bool              // host veth -> off the bridge
+	hairpins    map[string]bool              // host veths SetHairpin put in hairpin mode
 	setupErr    error
 	detachErr   error
 	teardownErr error
@@ -69,6 +70,19 @@ func (f *fakeNetwork) Teardown(a *store.Allocation) error {
 	return nil
 }
 
+func (f *fakeNetwork) SetHairpin(a *store.Allocation) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hairpins[a.HostVeth] = true
+	return nil
+}
+
+func (f *fakeNetwork) hasHairpin(podID string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.hairpins[wiring.HostVethName(podID)]
+}
+
 func (f *fakeNetwork) isDetached(podID string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -83,12 +97,12 @@ func (f *fakeNetwork) isWired(podID string) bool {
 
 func newTestPlugin(t *testing.T, doc string) (*plugin, *fakeNetwork) {
 	t.Helper()
-	fake := &fakeNetwork{wired: map[string]*store.Allocation{}, detached: map[string]bool{}}
+	fake := &fakeNetwork{wired: map[string]*store.Allocation{}, detached: map[string]bool{}, hairpins: map[string]bool{}}
 	p := &plugin{
 		flags:       &config.Flags{},
 		startupYAML: []byte(doc),
 		newNetwork:  func(*config.Settings) (podNetwork, error) { return fake, nil },
-		newFirewall: func(*config.Settings) packetFilter { return &fakeFirewall{hairpins: map[string]bool{}} },
+		newFirewall: func(*config.Settings) packetFilter { return &fakeFirewall{} },
 	}
 	if _, err := p.Configure(context.Background(), "", "test-runtime", "v0"); err != nil {
 		t.Fatal(err)

@@ -233,9 +233,9 @@ func hasAddrIn(addrs []netip.Prefix, subnet netip.Prefix) bool {
 	return false
 }
 
-// ensureVeth returns the pod end of the pod's veth pair, whose host end is up and attached to
-// bridge, creating the pair (the pod interface directly inside the pod netns) when the pod has no
-// such interface yet.
+// ensureVeth returns the pod end of the pod's veth pair, whose host end is up, attached to
+// bridge and in hairpin mode, creating the pair (the pod interface directly inside the pod netns)
+// when the pod has no such interface yet.
 func (n *Network) ensureVeth(podNL *netlink.Handle, ns netns.NsHandle, bridge netlink.Link, alloc *store.Allocation) (netlink.Link, error) {
 	podIfName := n.settings.PodInterface
 	pod, err := podNL.LinkByName(podIfName)
@@ -251,7 +251,7 @@ func (n *Network) ensureVeth(podNL *netlink.Handle, ns netns.NsHandle, bridge ne
 		if err := netlink.LinkSetUp(host); err != nil {
 			return nil, fmt.Errorf("setting %s up: %w", alloc.HostVeth, err)
 		}
-		return pod, nil
+		return pod, setHairpin(host)
 	}
 	if !errors.As(err, &netlink.LinkNotFoundError{}) {
 		return nil, fmt.Errorf("looking up %s in %s: %w", podIfName, alloc.NetNS, err)
@@ -282,7 +282,33 @@ func (n *Network) ensureVeth(podNL *netlink.Handle, ns netns.NsHandle, bridge ne
 	if pod, err = podNL.LinkByName(podIfName); err != nil {
 		return nil, fmt.Errorf("%s in %s: %w", podIfName, alloc.NetNS, err)
 	}
-	return pod, nil
+	// The pod end's link is the host end: no lookup of the host end needed.
+	host := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: alloc.HostVeth, Index: pod.Attrs().ParentIndex}}
+	return pod, setHairpin(host)
+}
+
+// setHairpin lets the bridge send a pod's frames back out of the pod's own port. A pod that
+// reaches itself through a Service or a hostPort needs it when br_netfilter is loaded: the DNAT
+// then happens while the bridge forwards the frame, which turns back to the port it came in on.
+func setHairpin(host netlink.Link) error {
+	if err := netlink.LinkSetHairpin(host, true); err != nil {
+		return fmt.Errorf("setting hairpin mode on %s: %w", host.Attrs().Name, err)
+	}
+	return nil
+}
+
+// SetHairpin puts the bridge port of a pod that is already wired in hairpin mode (Setup does it
+// for the pods it wires): for pods wired by an nri-bridge that set it only with hostPorts.
+// Nothing to do when the pod's veth is gone.
+func (n *Network) SetHairpin(alloc *store.Allocation) error {
+	link, err := hostVeth(alloc.HostVeth, "set hairpin mode on")
+	if link == nil || err != nil {
+		return err
+	}
+	if err := setHairpin(link); err != nil && !gone(err) {
+		return err
+	}
+	return nil
 }
 
 // Detach takes the pod's host veth off the bridge: one request, unlike its deletion. Nothing to
