@@ -7,7 +7,9 @@
 //
 // It runs either pre-installed (the runtime starts it from NRI's plugin_path and hands it the
 // drop-in configuration) or standalone (flags and/or -config, reconnecting whenever the
-// runtime restarts). The work is done by the packages under internal/nribridge.
+// runtime restarts). Standalone with a kubeconfig, or in a pod with a service account token, it
+// is a cluster network (cluster mode): its pod subnets are its Node's spec.podCIDRs and it routes
+// the other nodes' pod CIDRs to them. The work is done by the packages under internal/nribridge.
 package main
 
 import (
@@ -17,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
@@ -32,6 +35,9 @@ func main() {
 	fs.StringVar(&opts.Socket, "nri-socket", api.DefaultSocketPath, "NRI `socket` to connect to (standalone mode)")
 	fs.StringVar(&opts.Name, "name", plugin.DefaultName, "plugin `name` to register with (standalone mode)")
 	fs.StringVar(&opts.Idx, "idx", plugin.DefaultIdx, "plugin `index` to register with (standalone mode)")
+	fs.StringVar(&opts.Kubeconfig, "kubeconfig", "", "kubeconfig `file` of the API server: cluster mode (also in a pod with a service account token)")
+	fs.StringVar(&opts.NodeName, "node-name", os.Getenv("NODE_NAME"), "`name` of this node's Node (cluster mode; default $NODE_NAME)")
+	fs.DurationVar(&opts.APIWait, "api-wait", 10*time.Second, "how long a start in cluster mode waits for the API server before it runs on the last known cluster state")
 	debug := fs.Bool("debug", false, "log debug messages")
 	check := fs.Bool("check", false, "validate the configuration (file and flags) against the host, then exit")
 	clean := fs.Bool("cleanup", false, "remove the bridge, nftables table, pod veths and allocation store of the configuration (file and flags), then exit; nri-bridge must not be running")
@@ -48,7 +54,7 @@ func main() {
 	defer stop()
 	switch {
 	case *check:
-		if err := plugin.Check(opts.Flags); err != nil {
+		if err := plugin.Check(opts); err != nil {
 			fmt.Fprintf(os.Stderr, "nri-bridge: %v\n", err)
 			os.Exit(1)
 		}

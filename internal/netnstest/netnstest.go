@@ -55,6 +55,33 @@ func Do(path string, fn func() error) error {
 	return fnErr
 }
 
+// NewNetNS creates a named network namespace and returns its path; the test's cleanup deletes it.
+func NewNetNS(t testing.TB) string {
+	t.Helper()
+	name := "nbt-" + RandomHex(t, 10)
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	return "/run/netns/" + name
+}
+
+// Netlink returns a netlink handle in the network namespace at path; the test's cleanup closes it.
+func Netlink(t testing.TB, path string) *netlink.Handle {
+	t.Helper()
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	return h
+}
+
 // Serve answers, in the network namespace at netnsPath (the host's for ""), every connection
 // (tcp4, tcp6) or datagram (udp4, udp6) to port with the line "<name> saw <source address>",
 // until the test ends.
@@ -151,15 +178,10 @@ func NewPeer(t testing.TB) *Peer {
 	}
 	p := &Peer{Host4: net4.Addr().Next(), Host6: net6.Addr().Next()}
 	p.Peer4, p.Peer6 = p.Host4.Next(), p.Host6.Next()
-	name := "nbt-" + RandomHex(t, 10)
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
-	}
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
-	p.NetNSPath = "/run/netns/" + name
+	p.NetNSPath = NewNetNS(t)
 	p.Link = "nbp" + RandomHex(t, 12)
 	if err := p.link(net4.Bits(), net6.Bits()); err != nil {
-		t.Fatalf("linking network namespace %s to the host: %v", name, err)
+		t.Fatalf("linking network namespace %s to the host: %v", p.NetNSPath, err)
 	}
 	t.Cleanup(func() {
 		if link, err := netlink.LinkByName(p.Link); err == nil {

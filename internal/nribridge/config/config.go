@@ -34,6 +34,10 @@ type Config struct {
 	// nri-bridge is the pod network. Any other name makes it a secondary network next to the
 	// pod network (CNI's eth0): see Settings.Secondary.
 	Interface string `json:"interface,omitempty"`
+	// ClusterCIDRs are the pod subnets of the whole cluster: pod traffic to them is never
+	// masqueraded. Without it, that is every node's spec.podCIDRs in cluster mode and the
+	// node's own pod subnets otherwise; the node's own pod subnets are always part of it.
+	ClusterCIDRs []string `json:"clusterCIDRs,omitempty"`
 }
 
 // SubnetConfig is one family's pod subnet.
@@ -53,6 +57,7 @@ const (
 	MaxIfNameLen     = 15 // IFNAMSIZ - 1
 )
 
+// Default is the configuration before the YAML document and the flags.
 func Default() Config {
 	return Config{Bridge: DefaultBridge, MTU: DefaultMTU, StateDir: DefaultStateDir, Interface: DefaultInterface}
 }
@@ -67,12 +72,19 @@ type Settings struct {
 	Masquerade bool
 	// PodInterface: see Config.Interface.
 	PodInterface string
+	// ClusterCIDRs: see Config.ClusterCIDRs (without the node's own pod subnets).
+	ClusterCIDRs []netip.Prefix
+	// Cluster tells that the node is part of a cluster whose nodes route each other's pod
+	// subnets (cluster mode): the pools are the node's spec.podCIDRs and pod traffic is
+	// forwarded to the other nodes.
+	Cluster bool
 }
 
 // Equal tells whether two settings are the same configuration.
 func (s *Settings) Equal(o *Settings) bool {
 	return s.Bridge == o.Bridge && s.MTU == o.MTU && s.StateDir == o.StateDir && slices.Equal(s.Pools, o.Pools) &&
-		s.Masquerade == o.Masquerade && s.PodInterface == o.PodInterface
+		s.Masquerade == o.Masquerade && s.PodInterface == o.PodInterface &&
+		slices.Equal(s.ClusterCIDRs, o.ClusterCIDRs) && s.Cluster == o.Cluster
 }
 
 // Secondary tells whether the pods' interface is a secondary network next to the pod network
@@ -120,11 +132,11 @@ func (p Pool) GatewayPrefix() netip.Prefix {
 // Reserved tells whether addr is never handed to a pod: the network address (IPv6: the
 // subnet-router anycast address), the gateway and, for IPv4, the broadcast address.
 func (p Pool) Reserved(addr netip.Addr) bool {
-	return addr == p.Subnet.Addr() || addr == p.Gateway || (addr.Is4() && addr == lastAddr(p.Subnet))
+	return addr == p.Subnet.Addr() || addr == p.Gateway || (addr.Is4() && addr == LastAddr(p.Subnet))
 }
 
-// lastAddr is the highest address of prefix.
-func lastAddr(prefix netip.Prefix) netip.Addr {
+// LastAddr is the highest address of prefix.
+func LastAddr(prefix netip.Prefix) netip.Addr {
 	raw := prefix.Addr().AsSlice()
 	for bit := prefix.Bits(); bit < len(raw)*8; bit++ {
 		raw[bit/8] |= 0x80 >> (bit % 8)
@@ -133,8 +145,88 @@ func lastAddr(prefix netip.Prefix) netip.Addr {
 	return addr
 }
 
-// Validate checks everything that can be checked without looking at the host.
+// Validate checks everything that can be checked without looking at the host, for a node whose
+// pod subnets are the configuration's own (ipv4.subnet, ipv6.subnet).
 func (c Config) Validate() (*Settings, error) {
+	s, err := c.validateNode()
+	if err != nil {
+		return nil, err
+	}
+	if c.IPv4 == nil && c.IPv6 == nil {
+		return nil, errors.New("no pod subnet configured: set ipv4.subnet and/or ipv6.subnet " +
+			"(or run nri-bridge in cluster mode, where they are the Node's spec.podCIDRs: docs/cni-less.md)")
+	}
+	for _, fc := range []struct {
+		family string
+		cfg    *SubnetConfig
+	}{{"IPv4", c.IPv4}, {"IPv6", c.IPv6}} {
+		if fc.cfg == nil {
+			continue
+		}
+		p, err := parsePool(fc.family, strings.ToLower(fc.family)+".subnet", fc.cfg)
+		if err != nil {
+			return nil, err
+		}
+		s.Pools = append(s.Pools, p)
+	}
+	return s, s.checkMTU()
+}
+
+// CheckCluster checks a configuration for cluster mode before the node's pod subnets are known:
+// they are the Node's, so the configuration names none, and nri-bridge is the pod network.
+func (c Config) CheckCluster() error {
+	_, err := c.validateCluster()
+	return err
+}
+
+func (c Config) validateCluster() (*Settings, error) {
+	if c.IPv4 != nil || c.IPv6 != nil {
+		return nil, errors.New("ipv4/ipv6 subnets configured in cluster mode: the pod subnets are the Node's spec.podCIDRs; " +
+			"remove ipv4 and ipv6 from the configuration (or run without a kubeconfig or service account token, with the configuration's subnets)")
+	}
+	s, err := c.validateNode()
+	if err != nil {
+		return nil, err
+	}
+	if s.Secondary() {
+		return nil, fmt.Errorf("interface %s in cluster mode: the Node's pod CIDRs belong to the pod network, %s", c.Interface, DefaultInterface)
+	}
+	s.Cluster = true
+	return s, nil
+}
+
+// ValidateCluster checks a configuration for cluster mode with the node's pod subnets, the
+// spec.podCIDRs (at most one per family) of the Node called node.
+func (c Config) ValidateCluster(node string, podCIDRs []netip.Prefix) (*Settings, error) {
+	s, err := c.validateCluster()
+	if err != nil {
+		return nil, err
+	}
+	if len(podCIDRs) == 0 {
+		return nil, fmt.Errorf("Node %s has no spec.podCIDRs", node)
+	}
+	for _, cidr := range podCIDRs {
+		family := "IPv6"
+		if cidr.Addr().Is4() {
+			family = "IPv4"
+		}
+		if s.HasFamily(family == "IPv4") {
+			return nil, fmt.Errorf("Node %s has two %s pod CIDRs %v: nri-bridge takes one per family", node, family, podCIDRs)
+		}
+		p, err := parsePool(family, fmt.Sprintf("Node %s's pod CIDR", node), &SubnetConfig{Subnet: cidr.String()})
+		if err != nil {
+			return nil, err
+		}
+		s.Pools = append(s.Pools, p)
+	}
+	slices.SortStableFunc(s.Pools, func(a, b Pool) int { // IPv4 first: it gives the primary IP
+		return strings.Compare(a.Family, b.Family)
+	})
+	return s, s.checkMTU()
+}
+
+// validateNode checks what does not depend on the pod subnets.
+func (c Config) validateNode() (*Settings, error) {
 	s := &Settings{Bridge: c.Bridge, MTU: c.MTU, StateDir: c.StateDir, Masquerade: c.Masquerade, PodInterface: c.Interface}
 	if err := validIfName(c.Bridge); err != nil {
 		return nil, fmt.Errorf("bridge: %w", err)
@@ -152,30 +244,31 @@ func (c Config) Validate() (*Settings, error) {
 	if c.StateDir == "" || !filepath.IsAbs(c.StateDir) {
 		return nil, fmt.Errorf("stateDir %q: must be an absolute path", c.StateDir)
 	}
-	if c.IPv4 == nil && c.IPv6 == nil {
-		return nil, errors.New("no pod subnet configured: set ipv4.subnet and/or ipv6.subnet")
-	}
-	for _, fc := range []struct {
-		family string
-		cfg    *SubnetConfig
-	}{{"IPv4", c.IPv4}, {"IPv6", c.IPv6}} {
-		if fc.cfg == nil {
-			continue
+	for _, text := range c.ClusterCIDRs {
+		cidr, err := netip.ParsePrefix(text)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("clusterCIDRs: %q is not a CIDR subnet: %w", text, err)
+		case cidr.Masked() != cidr || cidr.Addr().Is4In6():
+			return nil, fmt.Errorf("clusterCIDRs: %s has host bits set (the subnet is %s)", cidr, cidr.Masked())
+		case !cidr.Addr().IsGlobalUnicast():
+			return nil, fmt.Errorf("clusterCIDRs: %s is not a unicast subnet (loopback, link-local, multicast or unspecified)", cidr)
 		}
-		p, err := parsePool(fc.family, fc.cfg)
-		if err != nil {
-			return nil, err
-		}
-		s.Pools = append(s.Pools, p)
-	}
-	minMTU := 576 // RFC 791: every IPv4 host accepts 576-byte datagrams
-	if c.IPv6 != nil {
-		minMTU = 1280 // RFC 8200
-	}
-	if c.MTU < minMTU || c.MTU > 65535 {
-		return nil, fmt.Errorf("mtu %d: must be between %d and 65535", c.MTU, minMTU)
+		s.ClusterCIDRs = append(s.ClusterCIDRs, cidr)
 	}
 	return s, nil
+}
+
+// checkMTU checks the MTU against the families of the pools.
+func (s *Settings) checkMTU() error {
+	minMTU := 576 // RFC 791: every IPv4 host accepts 576-byte datagrams
+	if s.HasFamily(false) {
+		minMTU = 1280 // RFC 8200
+	}
+	if s.MTU < minMTU || s.MTU > 65535 {
+		return fmt.Errorf("mtu %d: must be between %d and 65535", s.MTU, minMTU)
+	}
+	return nil
 }
 
 func validIfName(name string) error {
@@ -187,26 +280,27 @@ func validIfName(name string) error {
 	return nil
 }
 
-func parsePool(family string, c *SubnetConfig) (Pool, error) {
+// parsePool parses the subnet of one family, which errors call subnetKey ("ipv4.subnet").
+func parsePool(family, subnetKey string, c *SubnetConfig) (Pool, error) {
 	key := strings.ToLower(family)
 	subnet, err := netip.ParsePrefix(c.Subnet)
 	if err != nil {
-		return Pool{}, fmt.Errorf("%s.subnet %q: not a CIDR subnet: %w", key, c.Subnet, err)
+		return Pool{}, fmt.Errorf("%s %q: not a CIDR subnet: %w", subnetKey, c.Subnet, err)
 	}
 	addr := subnet.Addr()
 	if is4 := family == "IPv4"; addr.Is4() != is4 || addr.Is4In6() {
-		return Pool{}, fmt.Errorf("%s.subnet %s: not an %s subnet", key, subnet, family)
+		return Pool{}, fmt.Errorf("%s %s: not an %s subnet", subnetKey, subnet, family)
 	}
 	if subnet.Masked() != subnet {
-		return Pool{}, fmt.Errorf("%s.subnet %s: host bits set (the subnet is %s)", key, subnet, subnet.Masked())
+		return Pool{}, fmt.Errorf("%s %s: host bits set (the subnet is %s)", subnetKey, subnet, subnet.Masked())
 	}
 	if !addr.IsGlobalUnicast() {
-		return Pool{}, fmt.Errorf("%s.subnet %s: not a unicast subnet (loopback, link-local, multicast or unspecified)", key, subnet)
+		return Pool{}, fmt.Errorf("%s %s: not a unicast subnet (loopback, link-local, multicast or unspecified)", subnetKey, subnet)
 	}
 	// The gateway and at least one pod must fit besides the reserved addresses.
 	if subnet.Bits() > maxBits(family) {
-		return Pool{}, fmt.Errorf("%s.subnet %s: too small, no room for a gateway and a pod (at most /%d)",
-			key, subnet, maxBits(family))
+		return Pool{}, fmt.Errorf("%s %s: too small, no room for a gateway and a pod (at most /%d)",
+			subnetKey, subnet, maxBits(family))
 	}
 	p := Pool{Family: family, Subnet: subnet}
 	if c.Gateway == "" {
@@ -219,7 +313,7 @@ func parsePool(family string, c *SubnetConfig) (Pool, error) {
 	if !subnet.Contains(p.Gateway) {
 		return Pool{}, fmt.Errorf("%s.gateway %s: outside subnet %s", key, p.Gateway, subnet)
 	}
-	if p.Gateway == addr || (p.Gateway.Is4() && p.Gateway == lastAddr(subnet)) {
+	if p.Gateway == addr || (p.Gateway.Is4() && p.Gateway == LastAddr(subnet)) {
 		return Pool{}, fmt.Errorf("%s.gateway %s: the network or broadcast address of %s", key, p.Gateway, subnet)
 	}
 	return p, nil
@@ -280,6 +374,11 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	str("ipv4-gateway", "IPv4 gateway `address` (default: first address of the subnet)", func(c *Config, v string) { subnet(&c.IPv4).Gateway = v })
 	str("ipv6-subnet", "pod IPv6 `CIDR`", func(c *Config, v string) { subnet(&c.IPv6).Subnet = v })
 	str("ipv6-gateway", "IPv6 gateway `address` (default: first address of the subnet)", func(c *Config, v string) { subnet(&c.IPv6).Gateway = v })
+	fs.Func("cluster-cidrs", "comma-separated pod `CIDRs` of the whole cluster, never masqueraded (default: every node's spec.podCIDRs in cluster mode, the pod subnets otherwise)", func(v string) error {
+		cidrs := strings.Split(v, ",")
+		f.overrides = append(f.overrides, func(c *Config) { c.ClusterCIDRs = cidrs })
+		return nil
+	})
 	fs.BoolFunc("masquerade", "masquerade pod traffic leaving the pod subnets", func(v string) error {
 		on, err := strconv.ParseBool(v)
 		if err != nil {
@@ -318,6 +417,20 @@ func Load(yamlDoc []byte, flags *Flags) (*Settings, error) {
 		return nil, err
 	}
 	s, err := cfg.Validate()
+	if err != nil {
+		return nil, fmt.Errorf("invalid configuration: %w", err)
+	}
+	return s, nil
+}
+
+// LoadCluster resolves a configuration document with the flags and validates it for cluster mode,
+// with the spec.podCIDRs of the Node called node.
+func LoadCluster(yamlDoc []byte, flags *Flags, node string, podCIDRs []netip.Prefix) (*Settings, error) {
+	cfg, err := Resolve(yamlDoc, flags)
+	if err != nil {
+		return nil, err
+	}
+	s, err := cfg.ValidateCluster(node, podCIDRs)
 	if err != nil {
 		return nil, fmt.Errorf("invalid configuration: %w", err)
 	}

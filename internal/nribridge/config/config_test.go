@@ -2,6 +2,7 @@ package config
 
 import (
 	"flag"
+	"fmt"
 	"io"
 	"net/netip"
 	"strings"
@@ -206,5 +207,80 @@ func TestConfigMasquerade(t *testing.T) {
 	a, b := mustValidate(t, `ipv4: {subnet: 10.1.0.0/24}`), mustValidate(t, `{masquerade: true, ipv4: {subnet: 10.1.0.0/24}}`)
 	if a.Equal(b) {
 		t.Error("settings that differ in masquerade are equal")
+	}
+}
+
+func TestValidateCluster(t *testing.T) {
+	cidrs := func(texts ...string) []netip.Prefix {
+		var prefixes []netip.Prefix
+		for _, text := range texts {
+			prefixes = append(prefixes, netip.MustParsePrefix(text))
+		}
+		return prefixes
+	}
+	cfg, err := Resolve([]byte(`{masquerade: true, clusterCIDRs: ["10.244.0.0/16", "fd00:10:244::/56"]}`), &Flags{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.CheckCluster(); err != nil {
+		t.Fatalf("CheckCluster: %v", err)
+	}
+	// The Node may list IPv6 first: IPv4 still gives the primary IP.
+	s, err := cfg.ValidateCluster("n1", cidrs("fd00:10:244:1::/64", "10.244.1.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(s.Pools); !s.Cluster || got != "[IPv4 10.244.1.0/24 gateway 10.244.1.1 IPv6 fd00:10:244:1::/64 gateway fd00:10:244:1::1]" {
+		t.Errorf("cluster %v, pools %s", s.Cluster, got)
+	}
+	if got := fmt.Sprint(s.ClusterCIDRs); got != "[10.244.0.0/16 fd00:10:244::/56]" {
+		t.Errorf("clusterCIDRs %s", got)
+	}
+	if file := mustValidate(t, `{ipv4: {subnet: 10.244.1.0/24}}`); file.Cluster || file.Equal(s) {
+		t.Error("file mode settings say cluster mode, or equal cluster mode's")
+	}
+
+	for _, tc := range []struct {
+		doc      string
+		podCIDRs []netip.Prefix
+		want     string
+	}{
+		{`{ipv4: {subnet: 10.88.0.0/16}}`, cidrs("10.244.1.0/24"), "ipv4/ipv6 subnets configured in cluster mode: the pod subnets are the Node's spec.podCIDRs"},
+		{`{interface: net1}`, cidrs("10.244.1.0/24"), "interface net1 in cluster mode: the Node's pod CIDRs belong to the pod network, eth0"},
+		{`{}`, nil, "Node n1 has no spec.podCIDRs"},
+		{`{}`, cidrs("10.244.1.0/24", "10.244.2.0/24"), "Node n1 has two IPv4 pod CIDRs [10.244.1.0/24 10.244.2.0/24]: nri-bridge takes one per family"},
+		{`{}`, cidrs("10.244.1.0/31"), "Node n1's pod CIDR 10.244.1.0/31: too small, no room for a gateway and a pod"},
+		{`{mtu: 1000}`, cidrs("fd00::/64"), "mtu 1000: must be between 1280 and 65535"},
+		{`{clusterCIDRs: [banana]}`, cidrs("10.244.1.0/24"), `clusterCIDRs: "banana" is not a CIDR subnet`},
+		{`{clusterCIDRs: [10.244.1.1/16]}`, cidrs("10.244.1.0/24"), "clusterCIDRs: 10.244.1.1/16 has host bits set (the subnet is 10.244.0.0/16)"},
+		{`{clusterCIDRs: ["fe80::/10"]}`, cidrs("10.244.1.0/24"), "clusterCIDRs: fe80::/10 is not a unicast subnet"},
+	} {
+		cfg, err := Resolve([]byte(tc.doc), &Flags{})
+		if err == nil {
+			_, err = cfg.ValidateCluster("n1", tc.podCIDRs)
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s with %v: got %v, want %q", tc.doc, tc.podCIDRs, err, tc.want)
+		}
+	}
+
+	// clusterCIDRs also works in file mode, and as a flag.
+	flags := &Flags{}
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	flags.Register(fs)
+	if err := fs.Parse([]string{"-cluster-cidrs", "10.244.0.0/16,fd00:10:244::/56"}); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Load([]byte(`{clusterCIDRs: [10.0.0.0/8], ipv4: {subnet: 10.244.1.0/24}}`), flags)
+	if err != nil || fmt.Sprint(s.ClusterCIDRs) != "[10.244.0.0/16 fd00:10:244::/56]" {
+		t.Errorf("-cluster-cidrs over the file's: %v (%v)", s, err)
+	}
+	s, err = LoadCluster([]byte(`{}`), &Flags{}, "n1", cidrs("10.244.1.0/24"))
+	if err != nil || s.StateDir != DefaultStateDir || s.Bridge != DefaultBridge || !s.Cluster {
+		t.Errorf("cluster mode defaults: %+v (%v)", s, err)
+	}
+	if _, err := LoadCluster([]byte(`{ipv6: {subnet: "fd00::/64"}}`), &Flags{}, "n1", cidrs("10.244.1.0/24")); err == nil ||
+		!strings.HasPrefix(err.Error(), "invalid configuration: ipv4/ipv6 subnets configured in cluster mode") {
+		t.Errorf("LoadCluster with a subnet: %v", err)
 	}
 }

@@ -76,6 +76,7 @@ func replaceTable(rs *Ruleset) error {
 	for _, c := range rs.chains {
 		messages += 1 + len(c.rules)
 	}
+	messages += 2 * len(rs.sets) // the set, its elements
 	conn, err := nftables.New(nftables.WithSockOptions(batchBuffers(messages)))
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
@@ -85,6 +86,17 @@ func replaceTable(rs *Ruleset) error {
 	conn.DelTable(table)
 	if len(rs.chains) > 0 {
 		conn.AddTable(table)
+		setIDs := map[string]uint32{}
+		for _, s := range rs.sets {
+			set := &nftables.Set{Table: table, Name: s.name, KeyType: nftables.TypeIP6Addr, Interval: true}
+			if s.is4 {
+				set.KeyType = nftables.TypeIPAddr
+			}
+			if err := conn.AddSet(set, s.elements()); err != nil {
+				return fmt.Errorf("nftables set %s: %w", s.name, err)
+			}
+			setIDs[s.name] = set.ID
+		}
 		chains := map[string]*nftables.Chain{}
 		for _, c := range rs.chains {
 			chains[c.name] = conn.AddChain(nftChain(table, c))
@@ -96,6 +108,11 @@ func replaceTable(rs *Ruleset) error {
 					exprs = append(exprs, m.exprs()...)
 				}
 				exprs = append(exprs, r.verdict.exprs()...)
+				for _, e := range exprs {
+					if lookup, ok := e.(*expr.Lookup); ok { // a set of this batch: by its ID
+						lookup.SetID = setIDs[lookup.SetName]
+					}
+				}
 				rule := &nftables.Rule{Table: table, Chain: chains[c.name], Exprs: exprs}
 				if r.comment != "" {
 					rule.UserData = userdata.AppendString(nil, userdata.TypeComment, r.comment)
@@ -198,19 +215,26 @@ func (m nfproto) exprs() []expr.Any {
 	return []expr.Any{&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: reg1}, cmpEq([]byte{family})}
 }
 
-func (m addrMatch) exprs() []expr.Any {
+// loadAddr loads the packet's source or destination address of a family into register 1.
+func loadAddr(source, is4 bool) *expr.Payload {
 	// Offsets of the source and destination addresses in the IPv4 and IPv6 headers.
 	offset, size := uint32(16), uint32(4)
-	if m.source {
+	if source {
 		offset = 12
 	}
-	if !m.prefix.Addr().Is4() {
+	if !is4 {
 		offset, size = 24, 16
-		if m.source {
+		if source {
 			offset = 8
 		}
 	}
-	exprs := []expr.Any{&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: size}}
+	return &expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: size}
+}
+
+func (m addrMatch) exprs() []expr.Any {
+	load := loadAddr(m.source, m.prefix.Addr().Is4())
+	size := load.Len
+	exprs := []expr.Any{load}
 	if !m.prefix.IsSingleIP() {
 		mask := net.CIDRMask(m.prefix.Bits(), m.prefix.Addr().BitLen())
 		exprs = append(exprs, &expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: size,
@@ -221,6 +245,24 @@ func (m addrMatch) exprs() []expr.Any {
 		op = expr.CmpOpNeq
 	}
 	return append(exprs, &expr.Cmp{Op: op, Register: reg1, Data: m.prefix.Masked().Addr().AsSlice()})
+}
+
+// elements are the set's ranges as an interval set holds them: each range's first address, and
+// the address after its last one flagged as the end of the interval (none after the family's
+// last address).
+func (s *addrSet) elements() []nftables.SetElement {
+	var elements []nftables.SetElement
+	for _, r := range s.ranges {
+		elements = append(elements, nftables.SetElement{Key: r.first.AsSlice()})
+		if end := r.last.Next(); end.IsValid() {
+			elements = append(elements, nftables.SetElement{Key: end.AsSlice(), IntervalEnd: true})
+		}
+	}
+	return elements
+}
+
+func (m inSet) exprs() []expr.Any {
+	return []expr.Any{loadAddr(false, m.set.is4), &expr.Lookup{SourceRegister: reg1, SetName: m.set.name, Invert: m.not}}
 }
 
 func (m portMatch) exprs() []expr.Any {

@@ -37,11 +37,11 @@ func TestNetnsLargeTable(t *testing.T) {
 	}
 	s, pods := manyPods(500)
 	t.Cleanup(func() { DeleteTable(s.Bridge) })
-	rs := Build(s, pods)
+	rs := Build(s, pods, nil)
 	if err := replaceTable(rs); err != nil {
 		t.Fatalf("a table for %d pods with hostPorts: %v", len(pods), err)
 	}
-	if err := replaceTable(Build(s, nil)); err != nil {
+	if err := replaceTable(Build(s, nil, nil)); err != nil {
 		t.Fatal(err)
 	}
 	if exists, err := TableExists(s.Bridge); err != nil || exists {
@@ -59,7 +59,7 @@ func BenchmarkReplaceTable(b *testing.B) {
 		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
 			s, pods := manyPods(n)
 			b.Cleanup(func() { DeleteTable(s.Bridge) })
-			rs := Build(s, pods)
+			rs := Build(s, pods, nil)
 			rules := 0
 			for _, c := range rs.chains {
 				rules += len(c.rules)

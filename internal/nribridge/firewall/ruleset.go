@@ -38,12 +38,60 @@ type PublishedPod struct {
 // Ruleset is the content of the table, and the host settings it needs.
 type Ruleset struct {
 	table  string
+	sets   []*addrSet
 	chains []*chain // in creation order: a chain comes before the chains that jump to it
 	// forward4 and forward6 tell that traffic of the family is forwarded (DNAT to pods, egress
 	// of pods): the family's forwarding must be on.
 	forward4, forward6 bool
 	// routeLocalnet tells that 127.0.0.0/8 is DNATed to pods: the bridge needs route_localnet.
 	routeLocalnet bool
+}
+
+// addrSet is a named set of address ranges of one family, as rules look them up.
+type addrSet struct {
+	name   string
+	is4    bool
+	ranges []addrRange // sorted, neither overlapping nor adjacent
+}
+
+// addrRange is the addresses from first to last, both included.
+type addrRange struct{ first, last netip.Addr }
+
+// newAddrSet returns the set of the addresses of prefixes, all of one family, as the fewest
+// ranges: the kernel refuses overlapping intervals.
+func newAddrSet(name string, is4 bool, prefixes []netip.Prefix) *addrSet {
+	set := &addrSet{name: name, is4: is4}
+	for _, p := range prefixes {
+		set.ranges = append(set.ranges, addrRange{p.Masked().Addr(), config.LastAddr(p)})
+	}
+	slices.SortFunc(set.ranges, func(a, b addrRange) int { return a.first.Compare(b.first) })
+	merged := set.ranges[:0]
+	for _, r := range set.ranges {
+		if n := len(merged); n > 0 {
+			if prev := &merged[n-1]; !prev.last.Next().IsValid() || r.first.Compare(prev.last.Next()) <= 0 {
+				if r.last.Compare(prev.last) > 0 {
+					prev.last = r.last
+				}
+				continue
+			}
+		}
+		merged = append(merged, r)
+	}
+	set.ranges = merged
+	return set
+}
+
+// String renders the range as nft shows it: as a prefix when it is one.
+func (r addrRange) String() string {
+	for bits := 0; bits <= r.first.BitLen(); bits++ {
+		if p := netip.PrefixFrom(r.first, bits); p.Masked().Addr() == r.first && config.LastAddr(p) == r.last {
+			if p.IsSingleIP() {
+				return r.first.String()
+			}
+			return p.String()
+		}
+	}
+	return r.first.String() + "-" + r.last.String()
 }
 
 // chain is a chain of the table; hook is nil for a chain that is only jumped to.
@@ -117,6 +165,23 @@ func (m addrMatch) String() string {
 		value = m.prefix.Addr().String()
 	}
 	return fmt.Sprintf("%s %s %s%s", family, dir, op, value)
+}
+
+// inSet matches the packet's destination address against a set, or its absence from it.
+type inSet struct {
+	set *addrSet
+	not bool
+}
+
+func (m inSet) String() string {
+	family, op := "ip6", ""
+	if m.set.is4 {
+		family = "ip"
+	}
+	if m.not {
+		op = "!= "
+	}
+	return fmt.Sprintf("%s daddr %s@%s", family, op, m.set.name)
 }
 
 // portMatch matches the transport protocol and the destination port.
@@ -194,7 +259,8 @@ const (
 	chainGuard       = "localnet-guard"
 )
 
-// Build returns the table content for the configuration and the pods:
+// Build returns the table content for the configuration, the pods and the cluster's pod CIDRs
+// beyond the node's own pod subnets (cluster mode: the other nodes' spec.podCIDRs):
 //
 //   - hostports: for each published port and each family of the pod, DNAT of the port on the
 //     host addresses the mapping names to the pod's address and container port. prerouting
@@ -203,13 +269,17 @@ const (
 //   - postrouting: masquerade of the DNATed connections that would otherwise fail: those from a
 //     pod of the bridge (hairpin: a pod reaching itself or another pod through a hostPort; the
 //     reply would bypass the host's NAT), and IPv4 localhost (127.0.0.1 cannot leave the host),
-//     with the egress masquerade when configured.
+//     with the egress masquerade when configured: of pod traffic to outside the cluster's pod
+//     CIDRs (the sets cluster-v4 and cluster-v6 of the node's pod subnets, the configured
+//     clusterCIDRs and clusterPodCIDRs), so that traffic between pods, on this node or
+//     another, keeps its source address.
 //   - localnet-guard: localhost DNAT needs route_localnet on the bridge, which would also let
 //     pods reach the node's 127.0.0.0/8 services; packets from the bridge to 127.0.0.0/8 are
 //     dropped before conntrack (replies to a localhost client arrive with the gateway address).
 //
-// An empty ruleset (no published port, no masquerade) means no table at all.
-func Build(s *config.Settings, pods []PublishedPod) *Ruleset {
+// An empty ruleset (no published port, no masquerade) means no table at all. In cluster mode the
+// pods' traffic of each family is forwarded to the other nodes, table or not.
+func Build(s *config.Settings, pods []PublishedPod, clusterPodCIDRs []netip.Prefix) *Ruleset {
 	rs := &Ruleset{table: TableName(s.Bridge)}
 	subnetOf := func(addr netip.Addr) netip.Prefix {
 		for _, p := range s.Pools {
@@ -262,12 +332,25 @@ func Build(s *config.Settings, pods []PublishedPod) *Ruleset {
 			addrMatch{source: true, prefix: loopback4}}, verdict: masquerade{}, comment: "localhost to hostPorts"})
 	}
 	if s.Masquerade {
+		cluster := slices.Concat(clusterPodCIDRs, s.ClusterCIDRs)
 		for _, p := range s.Pools {
 			is4 := p.Subnet.Addr().Is4()
+			family := []netip.Prefix{p.Subnet}
+			for _, cidr := range cluster {
+				if cidr.Addr().Is4() == is4 {
+					family = append(family, cidr)
+				}
+			}
+			set := newAddrSet(clusterSetName(is4), is4, family)
+			rs.sets = append(rs.sets, set)
 			postrouting = append(postrouting, rule{matches: []match{nfproto{is4: is4},
-				addrMatch{source: true, prefix: p.Subnet}, addrMatch{not: true, prefix: p.Subnet}},
-				verdict: masquerade{}, comment: "pods to outside the pod subnet"})
-			if is4 {
+				addrMatch{source: true, prefix: p.Subnet}, inSet{set: set, not: true}},
+				verdict: masquerade{}, comment: "pods to outside the cluster's pod CIDRs"})
+		}
+	}
+	for _, p := range s.Pools {
+		if s.Masquerade || s.Cluster {
+			if p.Subnet.Addr().Is4() {
 				rs.forward4 = true
 			} else {
 				rs.forward6 = true
@@ -297,6 +380,14 @@ func Build(s *config.Settings, pods []PublishedPod) *Ruleset {
 	return rs
 }
 
+// clusterSetName names the set of the cluster's pod CIDRs of a family.
+func clusterSetName(is4 bool) string {
+	if is4 {
+		return "cluster-v4"
+	}
+	return "cluster-v6"
+}
+
 // maxCommentLen is nft's limit on rule comments.
 const maxCommentLen = 128
 
@@ -314,6 +405,18 @@ func ruleComment(pod store.PodRef) string {
 func (rs *Ruleset) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "table inet %s {\n", rs.table)
+	for _, set := range rs.sets {
+		kind := "ipv6_addr"
+		if set.is4 {
+			kind = "ipv4_addr"
+		}
+		elements := make([]string, len(set.ranges))
+		for i, r := range set.ranges {
+			elements[i] = r.String()
+		}
+		fmt.Fprintf(&b, "\tset %s {\n\t\ttype %s\n\t\tflags interval\n\t\telements = { %s }\n\t}\n",
+			set.name, kind, strings.Join(elements, ", "))
+	}
 	for _, c := range rs.chains {
 		fmt.Fprintf(&b, "\tchain %s {\n", c.name)
 		if c.hook != nil {

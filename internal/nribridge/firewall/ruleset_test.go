@@ -1,6 +1,7 @@
 package firewall
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -34,7 +35,7 @@ func TestBuildRuleset(t *testing.T) {
 		{Pod: store.PodRef{ID: "aaa", Namespace: "ns", Name: "web"}, Addrs: dualStack("2"), Ports: []hostport.Mapping{
 			tcp(8080, 80, ""), {Protocol: hostport.UDP, HostPort: 53, ContainerPort: 5353, HostIP: "0.0.0.0"}}},
 	}
-	rs := Build(s, pods)
+	rs := Build(s, pods, nil)
 	want := `table inet nri-bridge-nribr0 {
 	chain hostports {
 		meta nfproto ipv4 tcp dport 8080 dnat ip to 10.88.0.2:80 comment "ns/web aaa"
@@ -76,18 +77,28 @@ func TestBuildRuleset(t *testing.T) {
 
 	// IPv6 ports only: no IPv4 forwarding, no route_localnet, hence no guard either.
 	v6only := []PublishedPod{{Pod: store.PodRef{ID: "ccc"}, Addrs: dualStack("4"), Ports: []hostport.Mapping{tcp(80, 80, "::")}}}
-	rs = Build(s, v6only)
+	rs = Build(s, v6only, nil)
 	if rs.forward4 || !rs.forward6 || rs.routeLocalnet || strings.Contains(rs.String(), "ip daddr 127.0.0.0/8") {
 		t.Errorf("IPv6-only hostPort: forward4 %v, forward6 %v, routeLocalnet %v:\n%s", rs.forward4, rs.forward6, rs.routeLocalnet, rs)
 	}
 
 	s.Masquerade = true
-	rs = Build(s, nil)
+	rs = Build(s, nil, nil)
 	want = `table inet nri-bridge-nribr0 {
+	set cluster-v4 {
+		type ipv4_addr
+		flags interval
+		elements = { 10.88.0.0/16 }
+	}
+	set cluster-v6 {
+		type ipv6_addr
+		flags interval
+		elements = { fd00:88::/64 }
+	}
 	chain postrouting {
 		type nat hook postrouting priority 100; policy accept;
-		meta nfproto ipv4 ip saddr 10.88.0.0/16 ip daddr != 10.88.0.0/16 masquerade comment "pods to outside the pod subnet"
-		meta nfproto ipv6 ip6 saddr fd00:88::/64 ip6 daddr != fd00:88::/64 masquerade comment "pods to outside the pod subnet"
+		meta nfproto ipv4 ip saddr 10.88.0.0/16 ip daddr != @cluster-v4 masquerade comment "pods to outside the cluster's pod CIDRs"
+		meta nfproto ipv6 ip6 saddr fd00:88::/64 ip6 daddr != @cluster-v6 masquerade comment "pods to outside the cluster's pod CIDRs"
 	}
 }
 `
@@ -96,7 +107,62 @@ func TestBuildRuleset(t *testing.T) {
 	}
 
 	s.Masquerade = false
-	if rs = Build(s, nil); len(rs.chains) != 0 || rs.forward4 || rs.forward6 || rs.routeLocalnet {
+	if rs = Build(s, nil, nil); len(rs.chains) != 0 || rs.forward4 || rs.forward6 || rs.routeLocalnet {
 		t.Errorf("nothing published, no masquerade: want no table, got\n%s", rs)
+	}
+}
+
+// With masquerade, pod traffic to any pod CIDR of the cluster keeps its source: the node's own
+// pod subnets, the configured clusterCIDRs and the other nodes' pod CIDRs are one set per family,
+// in the fewest ranges (the kernel refuses overlapping intervals).
+func TestBuildRulesetClusterCIDRs(t *testing.T) {
+	s := mustValidate(t, `{bridge: nribr0, masquerade: true, clusterCIDRs: ["10.96.0.0/12", "fd00:96::/108"], ipv4: {subnet: 10.244.1.0/24}, ipv6: {subnet: "fd00:10:244:1::/64"}}`)
+	nodes := []netip.Prefix{
+		netip.MustParsePrefix("10.244.0.0/24"),        // adjacent to the node's own: merged
+		netip.MustParsePrefix("10.244.2.0/24"),        // adjacent on the other side
+		netip.MustParsePrefix("10.244.1.0/24"),        // the node's own again (a duplicate)
+		netip.MustParsePrefix("10.97.0.0/16"),         // inside a clusterCIDR
+		netip.MustParsePrefix("10.250.3.0/24"),        // apart
+		netip.MustParsePrefix("fd00:10:244::/64"),     // adjacent to the own IPv6 subnet: a /63
+		netip.MustParsePrefix("fd00:10:244:100::/64"), // apart
+	}
+	rs := Build(s, nil, nodes)
+	want := `table inet nri-bridge-nribr0 {
+	set cluster-v4 {
+		type ipv4_addr
+		flags interval
+		elements = { 10.96.0.0/12, 10.244.0.0-10.244.2.255, 10.250.3.0/24 }
+	}
+	set cluster-v6 {
+		type ipv6_addr
+		flags interval
+		elements = { fd00:10:244::/63, fd00:10:244:100::/64, fd00:96::/108 }
+	}
+	chain postrouting {
+		type nat hook postrouting priority 100; policy accept;
+		meta nfproto ipv4 ip saddr 10.244.1.0/24 ip daddr != @cluster-v4 masquerade comment "pods to outside the cluster's pod CIDRs"
+		meta nfproto ipv6 ip6 saddr fd00:10:244:1::/64 ip6 daddr != @cluster-v6 masquerade comment "pods to outside the cluster's pod CIDRs"
+	}
+}
+`
+	if got := rs.String(); got != want {
+		t.Errorf("ruleset:\n%s\nwant:\n%s", got, want)
+	}
+	// The interval set's elements: each range's first address, then the one after its last.
+	var elements []string
+	for _, e := range rs.sets[0].elements() {
+		addr, _ := netip.AddrFromSlice(e.Key)
+		elements = append(elements, fmt.Sprintf("%s end=%v", addr, e.IntervalEnd))
+	}
+	if got, want := strings.Join(elements, ", "), "10.96.0.0 end=false, 10.112.0.0 end=true, 10.244.0.0 end=false, 10.244.3.0 end=true, 10.250.3.0 end=false, 10.250.4.0 end=true"; got != want {
+		t.Errorf("cluster-v4 elements %s, want %s", got, want)
+	}
+
+	// In cluster mode the pods' traffic is routed to the other nodes: forwarding is on even
+	// without masquerade, and without masquerade there is no table.
+	s = mustValidate(t, `{bridge: nribr0, ipv4: {subnet: 10.244.1.0/24}}`)
+	s.Cluster = true
+	if rs := Build(s, nil, nodes); len(rs.chains) != 0 || len(rs.sets) != 0 || !rs.forward4 || rs.forward6 {
+		t.Errorf("cluster mode without masquerade: forward4 %v, forward6 %v, ruleset:\n%s", rs.forward4, rs.forward6, rs)
 	}
 }

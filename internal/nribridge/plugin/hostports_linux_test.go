@@ -285,6 +285,55 @@ func TestNetnsMasquerade(t *testing.T) {
 	}
 }
 
+// In cluster mode, masquerade spares traffic to every node's pod CIDRs: a pod of another node
+// sees the pod's own address, a host beyond the cluster sees the node's. The other node is a
+// network namespace whose link's subnets stand for its pod CIDRs, with a route back to this
+// node's, as nri-bridge makes on every node.
+func TestNetnsMasqueradeSparesTheClusterPodCIDRs(t *testing.T) {
+	requireRoot(t)
+	_, s := freeNetworkDoc(t)
+	otherNode, outside := netnstest.NewPeer(t), netnstest.NewPeer(t)
+	h := netnstest.Netlink(t, otherNode.NetNSPath)
+	var podCIDRs []netip.Prefix
+	for _, pool := range s.Pools {
+		gw := otherNode.Host4
+		if pool.Subnet.Addr().Is6() {
+			gw = otherNode.Host6
+		}
+		if err := h.RouteAdd(&netlink.Route{Dst: wiring.IPNet(pool.Subnet), Gw: gw.AsSlice()}); err != nil {
+			t.Fatal(err)
+		}
+		podCIDRs = append(podCIDRs, pool.Subnet)
+	}
+	otherPodCIDRs := []netip.Prefix{netip.PrefixFrom(otherNode.Peer4, 30).Masked(), netip.PrefixFrom(otherNode.Peer6, 64).Masked()}
+
+	p := hostPlugin(t)
+	p.cluster = &clusterNode{name: "n1", podCIDRs: podCIDRs, nodesPodCIDRs: func() []netip.Prefix { return otherPodCIDRs }}
+	if err := p.configure([]byte(fmt.Sprintf(`{bridge: %s, mtu: 1400, stateDir: %q, masquerade: true}`, s.Bridge, t.TempDir()))); err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	if _, err := p.Synchronize(ctx, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	pod, _ := newNetns(t, "pod")
+	if err := p.RunPodSandbox(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	ips := strings.Split(podIPsOK(t, p, pod), ",")
+	for _, peer := range []struct {
+		name string
+		*netnstest.Peer
+	}{{"other-node", otherNode}, {"outside", outside}} {
+		netnstest.Serve(t, peer.NetNSPath, "tcp4", 80, peer.name)
+		netnstest.Serve(t, peer.NetNSPath, "tcp6", 80, peer.name)
+	}
+	reach(t, podNetNS(pod), "tcp4", otherNode.Peer4, 80, "other-node saw "+ips[0])
+	reach(t, podNetNS(pod), "tcp6", otherNode.Peer6, 80, "other-node saw "+ips[1])
+	reach(t, podNetNS(pod), "tcp4", outside.Peer4, 80, "outside saw "+outside.Host4.String())
+	reach(t, podNetNS(pod), "tcp6", outside.Peer6, 80, "outside saw "+outside.Host6.String())
+}
+
 // The localhost DNAT of IPv4 hostPorts needs route_localnet on the bridge, which would let a pod
 // send to the node's 127.0.0.1 services (route 127.0.0.0/8 to the gateway, as a pod with
 // NET_ADMIN can): the guard drops such packets.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 
 	"github.com/knext-dev/knext/internal/nribridge/config"
@@ -100,7 +101,25 @@ func (a *activeConfig) applyRulesetLocked(without ...string) error {
 			pods = append(pods, firewall.PublishedPod{Pod: alloc.Pod, Addrs: alloc.Addrs, Ports: ports.Ports})
 		}
 	}
-	return a.firewall.Apply(firewall.Build(a.settings, pods))
+	var nodesPodCIDRs []netip.Prefix
+	if a.nodesPodCIDRs != nil {
+		nodesPodCIDRs = a.nodesPodCIDRs()
+	}
+	return a.firewall.Apply(firewall.Build(a.settings, pods, nodesPodCIDRs))
+}
+
+// nodesChanged rebuilds the table with the other nodes' pod CIDRs when they changed (cluster
+// mode): pod traffic to them is not masqueraded.
+func (p *plugin) nodesChanged() {
+	a := p.active.Load()
+	if a == nil || !a.settings.Masquerade {
+		return
+	}
+	a.firewallMu.Lock()
+	defer a.firewallMu.Unlock()
+	if err := a.applyRulesetLocked(); err != nil {
+		log.Errorf(context.Background(), "nri-bridge: the other nodes' pod CIDRs changed: rebuilding the nftables table: %v", err)
+	}
 }
 
 // syncHostPorts reconciles the hostPorts with the pods the runtime lists, after Synchronize

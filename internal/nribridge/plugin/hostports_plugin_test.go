@@ -201,7 +201,7 @@ func TestSynchronizeRebuildsHostPorts(t *testing.T) {
 		t.Fatal(err)
 	}
 	rules := fw.appliedRules()
-	for _, want := range []string{"tcp dport 8080 dnat ip to", "tcp dport 9090 dnat ip to", `masquerade comment "pods to outside the pod subnet"`} {
+	for _, want := range []string{"tcp dport 8080 dnat ip to", "tcp dport 9090 dnat ip to", `masquerade comment "pods to outside the cluster's pod CIDRs"`} {
 		if !strings.Contains(rules, want) {
 			t.Errorf("rules after Synchronize lack %q:\n%s", want, rules)
 		}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/knext-dev/knext/internal/netnstest"
@@ -157,17 +156,7 @@ func BenchmarkNetnsPodLifecycle(b *testing.B) {
 // podNetlink opens a netlink handle inside the pod's netns.
 func podNetlink(t *testing.T, pod *api.PodSandbox) *netlink.Handle {
 	t.Helper()
-	ns, err := netns.GetFromPath(podNetNS(pod))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.Close)
-	return h
+	return netnstest.Netlink(t, podNetNS(pod))
 }
 
 // podState describes eth0, lo and the default routes inside the pod netns.

@@ -147,6 +147,8 @@ type fakeRuntime struct {
 	stdin  io.WriteCloser
 	stdout *bufio.Scanner
 	stderr bytes.Buffer
+	// pending is the line a read that timed out is still waiting for.
+	pending chan string
 }
 
 // startFakeRuntime starts a runtime that reports pods ("<id>[=<netns>]") at synchronization.
@@ -188,18 +190,27 @@ func (rt *fakeRuntime) expect(t *testing.T, want string) {
 // reply returns the fake runtime's next line.
 func (rt *fakeRuntime) reply(t *testing.T) string {
 	t.Helper()
-	got := make(chan string, 1)
-	go func() {
-		rt.stdout.Scan()
-		got <- rt.stdout.Text()
-	}()
 	select {
-	case line := <-got:
+	case line := <-rt.nextLine():
+		rt.pending = nil
 		return line
 	case <-time.After(10 * time.Second):
 		t.Fatal("fake runtime said nothing within 10s")
 		return ""
 	}
+}
+
+// nextLine returns a channel that gets the runtime's next line: the one a read that timed out
+// still waits for, if any (one reader at a time).
+func (rt *fakeRuntime) nextLine() chan string {
+	if rt.pending == nil {
+		rt.pending = make(chan string, 1)
+		go func(got chan string) {
+			rt.stdout.Scan()
+			got <- rt.stdout.Text()
+		}(rt.pending)
+	}
+	return rt.pending
 }
 
 func (rt *fakeRuntime) do(t *testing.T, command string) {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -41,6 +42,11 @@ type plugin struct {
 	newNetwork func(*config.Settings) (podNetwork, error)
 	// newFirewall returns the packet filter for hostPorts and masquerade.
 	newFirewall func(*config.Settings) packetFilter
+	// cluster is set in cluster mode, before the plugin connects: the pod subnets are the
+	// node's pod CIDRs.
+	cluster *clusterNode
+	// db is the store, opened by the first successful configure or, in cluster mode, before.
+	db *store.Store
 
 	active      atomic.Pointer[activeConfig]
 	activateMu  sync.Mutex
@@ -52,12 +58,22 @@ type plugin struct {
 	releases   map[string]chan struct{}
 }
 
+// clusterNode is what the plugin knows of its node in cluster mode.
+type clusterNode struct {
+	name     string
+	podCIDRs []netip.Prefix
+	// nodesPodCIDRs are the other nodes' pod CIDRs, as last known.
+	nodesPodCIDRs func() []netip.Prefix
+}
+
 // activeConfig is the configuration in use with the store and network built from it.
 type activeConfig struct {
 	settings *config.Settings
 	store    *store.Store
 	net      podNetwork
 	firewall packetFilter
+	// nodesPodCIDRs are the other nodes' pod CIDRs (cluster mode; nil otherwise).
+	nodesPodCIDRs func() []netip.Prefix
 	// firewallMu serializes the changes of the hostPorts and of the table built from them.
 	firewallMu sync.Mutex
 }
@@ -95,14 +111,35 @@ func (p *plugin) configure(yamlDoc []byte) error {
 		}
 		return nil
 	}
-	st, err := store.Open(s.StateDir)
+	st, err := p.openStore(s.StateDir)
 	if err != nil {
 		return err
 	}
-	p.active.Store(&activeConfig{settings: s, store: st, net: network, firewall: p.newFirewall(s)})
-	log.Infof(context.Background(), "nri-bridge: bridge %s, pools %v, MTU %d, masquerade %v, state in %s, pod interface %s (secondary %v)",
-		s.Bridge, s.Pools, s.MTU, s.Masquerade, s.StateDir, s.PodInterface, s.Secondary())
+	a := &activeConfig{settings: s, store: st, net: network, firewall: p.newFirewall(s)}
+	mode := "file mode"
+	if p.cluster != nil {
+		a.nodesPodCIDRs = p.cluster.nodesPodCIDRs
+		mode = "cluster mode, Node " + p.cluster.name
+	}
+	p.active.Store(a)
+	log.Infof(context.Background(), "nri-bridge: %s: bridge %s, pools %v, MTU %d, masquerade %v (clusterCIDRs %v), state in %s, pod interface %s (secondary %v)",
+		mode, s.Bridge, s.Pools, s.MTU, s.Masquerade, s.ClusterCIDRs, s.StateDir, s.PodInterface, s.Secondary())
 	return nil
+}
+
+// openStore returns the store in dir, opening it the first time.
+func (p *plugin) openStore(dir string) (*store.Store, error) {
+	if p.db == nil {
+		db, err := store.Open(dir)
+		if err != nil {
+			return nil, err
+		}
+		p.db = db
+	}
+	if p.db.Dir() != dir {
+		return nil, fmt.Errorf("stateDir %s differs from the one in use, %s; restart nri-bridge to change it", dir, p.db.Dir())
+	}
+	return p.db, nil
 }
 
 // check validates a configuration document, against the host too, without activating it.
@@ -114,7 +151,13 @@ func (p *plugin) check(yamlDoc []byte) error {
 // prepare resolves a configuration document with the plugin's flags, validates it and checks
 // it against the host.
 func (p *plugin) prepare(yamlDoc []byte) (*config.Settings, podNetwork, error) {
-	s, err := config.Load(yamlDoc, p.flags)
+	var s *config.Settings
+	var err error
+	if p.cluster != nil {
+		s, err = config.LoadCluster(yamlDoc, p.flags, p.cluster.name, p.cluster.podCIDRs)
+	} else {
+		s, err = config.Load(yamlDoc, p.flags)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -128,10 +171,12 @@ func (p *plugin) prepare(yamlDoc []byte) (*config.Settings, podNetwork, error) {
 // close waits for the releases in flight and closes the store; the plugin is unusable afterwards.
 func (p *plugin) close() error {
 	p.waitReleases()
-	if a := p.active.Load(); a != nil {
-		return a.store.Close()
+	if p.db == nil {
+		return nil
 	}
-	return nil
+	db := p.db
+	p.db = nil
+	return db.Close()
 }
 
 // current returns the active configuration; NRI always configures a plugin before any event.

@@ -97,15 +97,23 @@ func (f *fakeNetwork) isWired(podID string) bool {
 
 func newTestPlugin(t *testing.T, doc string) (*plugin, *fakeNetwork) {
 	t.Helper()
+	p, fake := unconfiguredTestPlugin(t, doc)
+	if _, err := p.Configure(context.Background(), "", "test-runtime", "v0"); err != nil {
+		t.Fatal(err)
+	}
+	return p, fake
+}
+
+// unconfiguredTestPlugin returns a plugin with the -config document doc on a fake network and
+// firewall, not configured yet.
+func unconfiguredTestPlugin(t *testing.T, doc string) (*plugin, *fakeNetwork) {
+	t.Helper()
 	fake := &fakeNetwork{wired: map[string]*store.Allocation{}, detached: map[string]bool{}, hairpins: map[string]bool{}}
 	p := &plugin{
 		flags:       &config.Flags{},
 		startupYAML: []byte(doc),
 		newNetwork:  func(*config.Settings) (podNetwork, error) { return fake, nil },
 		newFirewall: func(*config.Settings) packetFilter { return &fakeFirewall{} },
-	}
-	if _, err := p.Configure(context.Background(), "", "test-runtime", "v0"); err != nil {
-		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.close() })
 	return p, fake

@@ -14,7 +14,10 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/sirupsen/logrus"
 	logrussyslog "github.com/sirupsen/logrus/hooks/syslog"
+	"github.com/vishvananda/netlink"
+	"k8s.io/client-go/kubernetes"
 
+	"github.com/knext-dev/knext/internal/nribridge/cluster"
 	"github.com/knext-dev/knext/internal/nribridge/config"
 	"github.com/knext-dev/knext/internal/nribridge/firewall"
 	"github.com/knext-dev/knext/internal/nribridge/wiring"
@@ -28,13 +31,22 @@ const (
 
 const reconnectInterval = time.Second
 
-// Options are how nri-bridge runs: its configuration flags, and for the standalone mode the
-// runtime's NRI socket and the name and index to register with.
+// Options are how nri-bridge runs: its configuration flags; for the standalone mode the
+// runtime's NRI socket and the name and index to register with; for cluster mode how it
+// reaches the API server and which Node it runs on.
 type Options struct {
 	Flags  *config.Flags
 	Socket string
 	Name   string
 	Idx    string
+	// Kubeconfig is the kubeconfig file of cluster mode; without it, a pod with a service
+	// account token runs in cluster mode with its in-cluster configuration.
+	Kubeconfig string
+	// NodeName is the name of the Node nri-bridge runs on (cluster mode).
+	NodeName string
+	// APIWait is how long a start in cluster mode waits for the API server before it runs on
+	// the last known cluster state.
+	APIWait time.Duration
 }
 
 // launchedByRuntime tells whether the runtime started the plugin from plugin_path: it then
@@ -60,10 +72,18 @@ func newPlugin(flags *config.Flags) (*plugin, error) {
 	return p, nil
 }
 
-// Check validates the configuration (file and flags), against the host too, without running.
-func Check(flags *config.Flags) error {
-	p, err := newPlugin(flags)
+// Check validates the configuration (file and flags), against the host too, without running. In
+// cluster mode the pod subnets are the Node's, which Check does not ask the API server for.
+func Check(opts Options) error {
+	p, err := newPlugin(opts.Flags)
 	if err != nil {
+		return err
+	}
+	if apiServer, err := opts.apiServer(); err != nil || apiServer != nil {
+		if err != nil {
+			return err
+		}
+		_, err := checkCluster(p)
 		return err
 	}
 	return p.check(p.startupYAML)
@@ -94,6 +114,17 @@ func Run(ctx context.Context, opts Options) error {
 		return nil
 	}
 
+	apiServer, err := opts.apiServer()
+	if err != nil {
+		return err
+	}
+	if apiServer != nil {
+		client, err := kubernetes.NewForConfig(apiServer)
+		if err != nil {
+			return fmt.Errorf("cluster mode: %w", err)
+		}
+		return runCluster(ctx, p, client, cluster.NewNetlinkRoutes(&netlink.Handle{}), opts)
+	}
 	return runStandalone(ctx, p, opts.Socket, opts.Name, opts.Idx)
 }
 

@@ -48,7 +48,8 @@ var (
 // Store is the IP address manager: a bbolt database, so an allocation is on disk (fsync'ed)
 // when Allocate returns and concurrent allocations are serialized by bbolt's write lock.
 type Store struct {
-	db *bolt.DB
+	db  *bolt.DB
+	dir string
 }
 
 // File is the database's file in the state directory.
@@ -80,7 +81,12 @@ func Open(dir string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("allocation store %s: %w", path, err)
 	}
-	return &Store{db: db}, nil
+	return &Store{db: db, dir: dir}, nil
+}
+
+// Dir is the state directory the database is in.
+func (s *Store) Dir() string {
+	return s.dir
 }
 
 // Close closes the database.

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/knext-dev/knext/internal/nribridge/config"
 	"github.com/knext-dev/knext/internal/nribridge/hostport"
@@ -276,5 +277,33 @@ func TestStoreHostPortClaims(t *testing.T) {
 	}
 	if _, err := s.ClaimHostPorts(PodRef{ID: "c"}, []hostport.Mapping{tcp(80, 80, "")}); err != nil {
 		t.Errorf("claiming a released port: %v", err)
+	}
+}
+
+func TestStoreClusterState(t *testing.T) {
+	dir := t.TempDir()
+	s := openTestStore(t, dir, `ipv4: {subnet: 10.1.0.0/24}`)
+	if state, err := s.ClusterState(); err != nil || state != nil {
+		t.Fatalf("a store that never ran in cluster mode: %v, %v", state, err)
+	}
+	want := &ClusterState{
+		Node:     "n1",
+		PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("fd00:10:244:1::/64")},
+		Nodes: []Node{{Name: "n2", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24")},
+			InternalIPs: []netip.Addr{netip.MustParseAddr("192.0.2.2"), netip.MustParseAddr("2001:db8::2")}}},
+		Routes:  []Route{{Node: "n2", Dst: netip.MustParsePrefix("10.244.2.0/24"), Gw: netip.MustParseAddr("192.0.2.2")}},
+		Updated: time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC),
+	}
+	if err := s.PutClusterState(want); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = openTestStore(t, dir, `ipv4: {subnet: 10.1.0.0/24}`)
+	got, err := s.ClusterState()
+	if err != nil || fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
+		t.Errorf("after reopening: %+v (%v)\nwant %+v", got, err, want)
+	}
+	if got := want.Routes[0].String(); got != "10.244.2.0/24 via 192.0.2.2 (node n2)" {
+		t.Errorf("a route reads %q", got)
 	}
 }
