@@ -11,8 +11,6 @@ import (
 
 	nrilog "github.com/containerd/nri/pkg/log"
 	corev1 "k8s.io/api/core/v1"
-	coreinformers "k8s.io/client-go/informers/core/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/knext-dev/knext/internal/nribridge/store"
@@ -66,9 +64,10 @@ type Controller struct {
 	problems map[string]string
 }
 
-// New returns the controller of the Node called node, starting from the cluster state in st.
-// onNodesChange (may be nil) is called whenever the other nodes' pod CIDRs change.
-func New(client kubernetes.Interface, node string, st *store.Store, routes RouteTable, onNodesChange func()) (*Controller, error) {
+// New returns the controller of the Node called node, which lists and watches the Nodes with
+// nodes (Nodes), starting from the cluster state in st. onNodesChange (may be nil) is called
+// whenever the other nodes' pod CIDRs change.
+func New(nodes cache.ListerWatcher, node string, st *store.Store, routes RouteTable, onNodesChange func()) (*Controller, error) {
 	c := &Controller{
 		node: node, store: st, routes: routes, onNodesChange: onNodesChange,
 		kick: make(chan struct{}, 1), changed: make(chan struct{}), problems: map[string]string{},
@@ -89,7 +88,7 @@ func New(client kubernetes.Interface, node string, st *store.Store, routes Route
 		c.state.Routes = stored.Routes
 	}
 
-	c.informer = coreinformers.NewNodeInformer(client, 0, cache.Indexers{})
+	c.informer = cache.NewSharedIndexInformer(nodes, &corev1.Node{}, 0, cache.Indexers{})
 	if err := c.informer.SetTransform(stripNode); err != nil {
 		return nil, err
 	}

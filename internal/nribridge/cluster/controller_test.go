@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/knext-dev/knext/internal/nribridge/cluster/clustertest"
 	"github.com/knext-dev/knext/internal/nribridge/store"
 )
 
@@ -114,7 +115,7 @@ type started struct {
 func start(t *testing.T, st *store.Store, routes *fakeRoutes, client *fake.Clientset) *started {
 	t.Helper()
 	s := &started{client: client, routes: routes, store: st, done: make(chan struct{})}
-	ctrl, err := New(client, "n1", st, routes, func() { s.nodesChanges.Add(1) })
+	ctrl, err := New(clustertest.Nodes(client), "n1", st, routes, func() { s.nodesChanges.Add(1) })
 	if err != nil {
 		t.Fatal(err)
 	}

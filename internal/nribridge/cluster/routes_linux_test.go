@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/knext-dev/knext/internal/netnstest"
+	"github.com/knext-dev/knext/internal/nribridge/cluster/clustertest"
 	"github.com/knext-dev/knext/internal/nribridge/store"
 	"github.com/knext-dev/knext/internal/nribridge/wiring"
 )
@@ -145,7 +146,7 @@ func TestNetnsControllerRoutes(t *testing.T) {
 		node("n1", []string{"10.244.1.0/24", "fd00:10:244:1::/64"}, "192.0.2.1", "2001:db8::1"),
 		node("n2", []string{"10.244.2.0/24", "fd00:10:244:2::/64"}, "192.0.2.2", "2001:db8::2"),
 	)
-	ctrl, err := New(client, "n1", openStore(t, t.TempDir()), NewNetlinkRoutes(h), nil)
+	ctrl, err := New(clustertest.Nodes(client), "n1", openStore(t, t.TempDir()), NewNetlinkRoutes(h), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/knext-dev/knext/internal/nribridge/cluster"
@@ -71,7 +71,7 @@ func checkCluster(p *plugin) (config.Config, error) {
 // (from the API server, or the last known ones when the API server does not answer in time)
 // before it connects to the runtime, which until then reports NetworkReady false. It stops with
 // an error when the Node's pod CIDRs change while it runs.
-func runCluster(ctx context.Context, p *plugin, client kubernetes.Interface, routes cluster.RouteTable, opts Options) error {
+func runCluster(ctx context.Context, p *plugin, nodes cache.ListerWatcher, routes cluster.RouteTable, opts Options) error {
 	if opts.NodeName == "" {
 		return errors.New("cluster mode needs the name of this node's Node: -node-name or $NODE_NAME (the DaemonSet sets it from spec.nodeName)")
 	}
@@ -83,7 +83,7 @@ func runCluster(ctx context.Context, p *plugin, client kubernetes.Interface, rou
 	if err != nil {
 		return err
 	}
-	ctrl, err := cluster.New(client, opts.NodeName, st, routes, p.nodesChanged)
+	ctrl, err := cluster.New(nodes, opts.NodeName, st, routes, p.nodesChanged)
 	if err != nil {
 		return fmt.Errorf("cluster mode: %w", err)
 	}

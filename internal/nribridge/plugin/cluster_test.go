@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/knext-dev/knext/internal/nribridge/cluster/clustertest"
 	"github.com/knext-dev/knext/internal/nribridge/config"
 	"github.com/knext-dev/knext/internal/nribridge/store"
 )
@@ -50,7 +51,7 @@ func startCluster(t *testing.T, doc, socket string, client *fake.Clientset, apiW
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &clusterRun{p: p, client: client, cancel: cancel, done: make(chan error, 1)}
 	opts := Options{Flags: p.flags, Socket: socket, Name: "bridge", Idx: "10", NodeName: "n1", APIWait: apiWait}
-	go func() { r.done <- runCluster(ctx, p, client, noRoutes{}, opts) }()
+	go func() { r.done <- runCluster(ctx, p, clustertest.Nodes(client), noRoutes{}, opts) }()
 	t.Cleanup(func() { r.stop(t) })
 	return r
 }
@@ -211,7 +212,7 @@ func TestClusterModeRefuses(t *testing.T) {
 		{fmt.Sprintf(`{stateDir: %q, interface: net1}`, t.TempDir()), "n1", "invalid configuration: interface net1 in cluster mode"},
 	} {
 		p, _ := unconfiguredTestPlugin(t, tc.doc)
-		err := runCluster(context.Background(), p, fake.NewClientset(), noRoutes{}, Options{Flags: p.flags, NodeName: tc.node})
+		err := runCluster(context.Background(), p, clustertest.Nodes(fake.NewClientset()), noRoutes{}, Options{Flags: p.flags, NodeName: tc.node})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s on node %q: got %v, want %q", tc.doc, tc.node, err, tc.want)
 		}

@@ -15,7 +15,6 @@ import (
 	"github.com/sirupsen/logrus"
 	logrussyslog "github.com/sirupsen/logrus/hooks/syslog"
 	"github.com/vishvananda/netlink"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/knext-dev/knext/internal/nribridge/cluster"
 	"github.com/knext-dev/knext/internal/nribridge/config"
@@ -119,11 +118,11 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	if apiServer != nil {
-		client, err := kubernetes.NewForConfig(apiServer)
+		nodes, err := cluster.Nodes(apiServer)
 		if err != nil {
 			return fmt.Errorf("cluster mode: %w", err)
 		}
-		return runCluster(ctx, p, client, cluster.NewNetlinkRoutes(&netlink.Handle{}), opts)
+		return runCluster(ctx, p, nodes, cluster.NewNetlinkRoutes(&netlink.Handle{}), opts)
 	}
 	return runStandalone(ctx, p, opts.Socket, opts.Name, opts.Idx)
 }
