@@ -14,6 +14,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/knext-dev/knext/internal/netnstest"
+	"github.com/knext-dev/knext/internal/nribridge/cluster"
 	"github.com/knext-dev/knext/internal/nribridge/config"
 	"github.com/knext-dev/knext/internal/nribridge/firewall"
 	"github.com/knext-dev/knext/internal/nribridge/store"
@@ -42,6 +43,18 @@ func TestNetnsCleanup(t *testing.T) {
 	}
 	wantTable(t, s.Bridge, true)
 
+	// A route to another node, as cluster mode makes them (to a subnet that is free on the host).
+	peer := netnstest.NewPeer(t)
+	_, free := freeNetworkDoc(t)
+	route := store.Route{Node: "n2", Dst: free.Pools[0].Subnet, Gw: peer.Peer4}
+	if err := cluster.NewNetlinkRoutes(&netlink.Handle{}).Replace(route); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cluster.NewNetlinkRoutes(&netlink.Handle{}).Delete(route) })
+	if err := p.db.PutClusterState(&store.ClusterState{Node: "n1", Routes: []store.Route{route}}); err != nil {
+		t.Fatal(err)
+	}
+
 	if err := Cleanup(flags, io.Discard); err == nil || !strings.Contains(err.Error(), "is locked by another process") {
 		t.Errorf("cleanup while nri-bridge runs: got %v, want a refusal", err)
 	}
@@ -51,12 +64,15 @@ func TestNetnsCleanup(t *testing.T) {
 		t.Fatal(err)
 	}
 	db := filepath.Join(s.StateDir, store.File)
-	want := fmt.Sprintf("nri-bridge: removed %s of %s\nnri-bridge: removed nftables table inet %s\nnri-bridge: removed bridge %s\nnri-bridge: removed %s\nnri-bridge: removed %s\n",
-		wiring.HostVethName(pod.Id), refOf(pod), firewall.TableName(s.Bridge), s.Bridge, db, s.StateDir)
+	want := fmt.Sprintf("nri-bridge: removed %s of %s\nnri-bridge: removed route %s\nnri-bridge: removed nftables table inet %s\nnri-bridge: removed bridge %s\nnri-bridge: removed %s\nnri-bridge: removed %s\n",
+		wiring.HostVethName(pod.Id), refOf(pod), route, firewall.TableName(s.Bridge), s.Bridge, db, s.StateDir)
 	if out.String() != want {
 		t.Errorf("cleanup said:\n%s\nwant:\n%s", out.String(), want)
 	}
 	wantTable(t, s.Bridge, false)
+	if routes, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Dst: wiring.IPNet(route.Dst)}, netlink.RT_FILTER_DST); err != nil || len(routes) != 0 {
+		t.Errorf("routes to %s after cleanup: %v (%v)", route.Dst, routes, err)
+	}
 	for _, name := range []string{s.Bridge, wiring.HostVethName(pod.Id)} {
 		if _, err := netlink.LinkByName(name); !errors.As(err, &netlink.LinkNotFoundError{}) {
 			t.Errorf("interface %s after cleanup: %v", name, err)
@@ -73,5 +89,14 @@ func TestNetnsCleanup(t *testing.T) {
 	out.Reset()
 	if err := Cleanup(flags, &out); err != nil || out.Len() != 0 {
 		t.Errorf("second cleanup: %v, said %q", err, out.String())
+	}
+
+	// A configuration of cluster mode (no subnets) names what to remove as well.
+	clusterDoc := filepath.Join(t.TempDir(), "cluster.yaml")
+	if err := os.WriteFile(clusterDoc, []byte(fmt.Sprintf("{bridge: %s, stateDir: %q}", s.Bridge, s.StateDir)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := Cleanup(&config.Flags{File: clusterDoc}, &out); err != nil || out.Len() != 0 {
+		t.Errorf("cleanup with a cluster mode configuration: %v, said %q", err, out.String())
 	}
 }
