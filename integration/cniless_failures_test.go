@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"os"
@@ -20,8 +21,7 @@ import (
 var noIPError = regexp.MustCompile(`pod sandbox "([0-9a-f]{64})" has no IP: CNI is disabled \(disable_cni\)`)
 
 // wantNoIPFailure checks that err is that failure and says each of parts, and that the failed
-// sandbox left nothing behind: no pod in CRI (nor crictl pods), no sandbox or container in
-// containerd, no network namespace beyond the livePods' own. It returns the sandbox's ID.
+// sandbox left nothing behind (wantNothingLeftBehind). It returns the sandbox's ID.
 func (n *cniLessNode) wantNoIPFailure(t *testing.T, err error, livePods int, parts ...string) string {
 	t.Helper()
 	if err == nil {
@@ -37,16 +37,24 @@ func (n *cniLessNode) wantNoIPFailure(t *testing.T, err error, livePods int, par
 		}
 	}
 	id := match[1]
+	wantNothingLeftBehind(t, n.ctx, n.h, id, livePods)
+	return id
+}
 
+// wantNothingLeftBehind checks that the pod sandbox id, whose RunPodSandbox failed, left nothing
+// behind: no pod in CRI (nor crictl pods), no sandbox or container in containerd, no network
+// namespace beyond the livePods' own.
+func wantNothingLeftBehind(t *testing.T, ctx context.Context, h *harness.Harness, id string, livePods int) {
+	t.Helper()
 	var leftovers []string
-	pods, err := n.h.Runtime.ListPodSandbox(n.ctx, &criruntime.ListPodSandboxRequest{})
+	pods, err := h.Runtime.ListPodSandbox(ctx, &criruntime.ListPodSandboxRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(pods.Items) != livePods {
 		leftovers = append(leftovers, fmt.Sprintf("CRI lists %d pods, want %d: %v", len(pods.Items), livePods, pods.Items))
 	}
-	out, err := n.h.Crictl(n.ctx, "pods", "-q")
+	out, err := h.Crictl(ctx, "pods", "-q")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +62,7 @@ func (n *cniLessNode) wantNoIPFailure(t *testing.T, err error, livePods int, par
 		leftovers = append(leftovers, "crictl pods lists it")
 	}
 	for _, args := range [][]string{{"sandboxes", "ls"}, {"containers", "ls", "-q"}} {
-		out, err := n.h.Ctr(n.ctx, args...)
+		out, err := h.Ctr(ctx, args...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,19 +70,18 @@ func (n *cniLessNode) wantNoIPFailure(t *testing.T, err error, livePods int, par
 			leftovers = append(leftovers, "ctr "+strings.Join(args, " ")+" lists it")
 		}
 	}
-	if netns := netnsCount(t, n.h); netns != livePods {
+	if netns := netnsCount(t, h); netns != livePods {
 		leftovers = append(leftovers, fmt.Sprintf("%d network namespaces, want %d", netns, livePods))
 	}
 	for _, dir := range []string{"root", "state"} {
-		if _, err := os.Stat(filepath.Join(n.h.Root, dir, "io.containerd.grpc.v1.cri", "sandboxes", id)); !os.IsNotExist(err) {
+		if _, err := os.Stat(filepath.Join(h.Root, dir, "io.containerd.grpc.v1.cri", "sandboxes", id)); !os.IsNotExist(err) {
 			leftovers = append(leftovers, fmt.Sprintf("its directory in containerd's %s is there (err %v)", dir, err))
 		}
 	}
 	if len(leftovers) > 0 {
 		t.Errorf("the failed pod sandbox %s left something behind: %s\ncontainerd's rollback of it: %q",
-			id, strings.Join(leftovers, "; "), logLines(t, n.h.LogPath, "cleaning up failed sandbox", id))
+			id, strings.Join(leftovers, "; "), logLines(t, h.LogPath, "cleaning up failed sandbox", id))
 	}
-	return id
 }
 
 // wantTornDown checks that plugin saw pod sandbox id run, then stop and be removed.

@@ -14,6 +14,8 @@
 // annotation knext.test/<name>.behavior, the annotation knext.test/behavior:
 //
 //	answer  answer from the annotations (the default)
+//	report IPS  answer with the comma-separated IPS, the first as the primary IP
+//	flood N     answer with N distinct IPv4 addresses from 198.18.0.0/15, the first as the primary
 //	empty   answer with no IP: the plugin owns nothing of the pod
 //	error   fail the request
 //	hang    never answer (until the process ends)
@@ -36,8 +38,10 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -51,6 +55,8 @@ const annotationPrefix = "knext.test/"
 // Behaviours.
 const (
 	answer = "answer"
+	report = "report"
+	flood  = "flood"
 	empty  = "empty"
 	fail   = "error"
 	hang   = "hang"
@@ -115,6 +121,15 @@ func (p *plugin) PodSandboxStatus(_ context.Context, pod *api.PodSandbox) (*api.
 	switch behaviour {
 	case answer:
 		return p.answer(annotations), nil
+	case report:
+		ips := strings.Split(argument, ",")
+		return &api.PodSandboxStatusResponse{Ip: ips[0], AdditionalIps: ips[1:]}, nil
+	case flood:
+		n, err := strconv.Atoi(argument)
+		if err != nil || n < 1 || n > 1<<17 {
+			return nil, fmt.Errorf("testplugin %s: pod %s: behaviour %q: want 1 to %d IPs", p.name, pod.GetName(), flood+" "+argument, 1<<17)
+		}
+		return floodAnswer(n), nil
 	case slow:
 		d, err := time.ParseDuration(argument)
 		if err != nil {
@@ -146,6 +161,16 @@ func (p *plugin) answer(annotations map[string]string) *api.PodSandboxStatusResp
 		resp.AdditionalIps = strings.Split(list, ",")
 	}
 	return resp
+}
+
+// floodAnswer is an answer with n distinct IPs of 198.18.0.0/15, far more than a pod has.
+func floodAnswer(n int) *api.PodSandboxStatusResponse {
+	ips := make([]string, 0, n)
+	for addr := netip.MustParseAddr("198.18.0.0"); len(ips) < n; {
+		addr = addr.Next()
+		ips = append(ips, addr.String())
+	}
+	return &api.PodSandboxStatusResponse{Ip: ips[0], AdditionalIps: ips[1:]}
 }
 
 // RunPodSandbox implements stub.RunPodInterface: it records the event.

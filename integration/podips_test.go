@@ -1,0 +1,201 @@
+package integration
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/knext-dev/knext/integration/harness"
+)
+
+// maxPodIPsPerAnswer is NRI's limit of the IPs one plugin may report for a pod.
+const maxPodIPsPerAnswer = 16
+
+// behaveReport is the behaviour of a test plugin that answers with ips, the first as the primary.
+func behaveReport(ips ...string) string { return "report " + strings.Join(ips, ",") }
+
+// behaveFlood is the behaviour of a test plugin that answers with n IPs of 198.18.0.0/15.
+func behaveFlood(n int) string { return "flood " + strconv.Itoa(n) }
+
+// overLimitError is how an answer with too many IPs fails, for a plugin and a count.
+func overLimitError(plugin *testPlugin, count int) string {
+	return "plugin " + plugin.nriName() + " reports " + strconv.Itoa(count) + " pod IPs, more than the " +
+		strconv.Itoa(maxPodIPsPerAnswer) + " a plugin may report for a pod"
+}
+
+// An answer with more IPs than a plugin may report fails the pod's status, naming the plugin,
+// the pod and the count, and is neither remembered nor persisted; an answer at the limit is
+// reported. Without CNI, such an answer leaves a new pod without IP: it fails to start.
+func TestPluginAnswerOverTheIPLimit(t *testing.T) {
+	t.Parallel()
+	t.Run("CNI", func(t *testing.T) {
+		t.Parallel()
+		h, ctx := startHarness(t, harness.Options{})
+		plugin := startTestPlugin(t, ctx, h, "10", "flood")
+		plugin.behave(t, "", behaveFlood(20000))
+		config := h.PodConfig("flood")
+		start := time.Now()
+		id := runPod(t, ctx, h, config)
+		t.Logf("RunPodSandbox with a plugin answering 20000 IPs: %s", time.Since(start))
+
+		for range 2 {
+			wantErrorNaming(t, podStatusError(t, ctx, h, id), overLimitError(plugin, 20000),
+				harness.PodNamespace+"/flood", id)
+		}
+		if out, err := h.Crictl(ctx, "inspectp", id); err == nil || !strings.Contains(err.Error()+string(out), overLimitError(plugin, 20000)) {
+			t.Errorf("crictl inspectp of pod %s: %v\n%.300s; want it to fail naming the limit", id, err, out)
+		}
+		wantPodReady(t, ctx, h, id)
+
+		plugin.behave(t, "", behaveFlood(maxPodIPsPerAnswer))
+		status, network := verbosePodStatus(t, ctx, h, id)
+		if ips := statusIPs(status); len(ips) != maxPodIPsPerAnswer+1 || ips[0] != "198.18.0.1" || network.IPs[0].NRI != "live" {
+			t.Errorf("pod %s with an answer of %d IPs reports %v (%+v), want them and its CNI IP", id, maxPodIPsPerAnswer, ips, network.IPs)
+		}
+
+		// What was persisted is the answer at the limit, never the flood.
+		plugin.behave(t, "", behaveFlood(maxPodIPsPerAnswer+1))
+		podStatusError(t, ctx, h, id)
+		plugin.kill(t)
+		if err := h.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		db, err := os.ReadFile(filepath.Join(h.Root, "root", "io.containerd.metadata.v1.bolt", "meta.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(db), "198.18.0.16") || strings.Contains(string(db), "198.18.0.17") {
+			t.Errorf("containerd's metadata database holds 198.18.0.16: %v, 198.18.0.17: %v; want the answer at the limit only",
+				strings.Contains(string(db), "198.18.0.16"), strings.Contains(string(db), "198.18.0.17"))
+		}
+	})
+
+	t.Run("CNI-less", func(t *testing.T) {
+		t.Parallel()
+		n := startCNILessNode(t, dualStack)
+		plugin := startTestPlugin(t, n.ctx, n.h, "10", "flood")
+		plugin.behave(t, "", behaveFlood(20000))
+		_, err := n.h.Runtime.RunPodSandbox(n.ctx, &criruntime.RunPodSandboxRequest{Config: n.h.PodConfig("flood")})
+		id := n.wantNoIPFailure(t, err, 0, overLimitError(plugin, 20000), harness.PodNamespace+"/flood")
+		wantTornDown(t, plugin, id)
+	})
+}
+
+// conflictingPod matches the pod sandbox a conflict names as the one that reports the IP.
+func conflictingPod(name string) *regexp.Regexp {
+	return regexp.MustCompile(`for pod sandbox "([0-9a-f]{64})" \(` + harness.PodNamespace + "/" + name + `\), but pod sandbox`)
+}
+
+// One IP, one pod: an IP a plugin reports for a pod while another pod of the node holds it
+// fails a new pod's RunPodSandbox (leaving nothing behind) and a running pod's status, naming
+// both pods and the plugin; once the holder's network is gone, the IP is free. The IPs are held
+// across a containerd restart; host-network pods hold none.
+func TestOneIPOnePodPerNode(t *testing.T) {
+	t.Parallel()
+	h, ctx := startHarness(t, harness.Options{})
+	plugin := startTestPlugin(t, ctx, h, "10", "netip")
+	const shared = "192.0.2.200"
+	run := func(name, ip string) (string, error) {
+		resp, err := h.Runtime.RunPodSandbox(ctx, &criruntime.RunPodSandboxRequest{
+			Config: annotatedPodConfig(h, name, map[string]string{annotationIP: ip}),
+		})
+		return resp.GetPodSandboxId(), err
+	}
+	// wantRefused checks that the new pod name, handed ip, failed to start because holder holds
+	// ip, and left nothing behind.
+	wantRefused := func(name, ip, holder, holderName string, livePods int) {
+		t.Helper()
+		id, err := run(name, ip)
+		if err == nil {
+			t.Fatalf("pod %s handed %s, which pod %s holds, started as %s", name, ip, holderName, id)
+		}
+		wantErrorNaming(t, err, "NRI plugin "+plugin.nriName()+" reports IP "+ip, harness.PodNamespace+"/"+name,
+			`pod sandbox "`+holder+`" (`+harness.PodNamespace+"/"+holderName+`) holds it`)
+		match := conflictingPod(name).FindStringSubmatch(err.Error())
+		if match == nil {
+			t.Fatalf("RunPodSandbox of pod %s failed with %q, which does not name the new pod sandbox", name, err)
+		}
+		wantNothingLeftBehind(t, ctx, h, match[1], livePods)
+		wantTornDown(t, plugin, match[1])
+		if ips := cniIPsOf(t, h, match[1]); len(ips) != 0 {
+			t.Errorf("the refused pod %s keeps its CNI IPs %v", match[1], ips)
+		}
+	}
+
+	first, err := run("first", shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstCNI := cniIPOf(t, h, first)
+
+	// A plugin handing a new pod the IP of a running pod.
+	wantRefused("second", shared, first, "first", 1)
+
+	// A plugin that starts reporting a running pod's IP for its neighbour.
+	neighbour, err := run("neighbour", "192.0.2.201")
+	if err != nil {
+		t.Fatal(err)
+	}
+	neighbourCNI := cniIPOf(t, h, neighbour)
+	plugin.behave(t, "neighbour", behaveReport("192.0.2.201", shared))
+	wantErrorNaming(t, podStatusError(t, ctx, h, neighbour), "NRI plugin "+plugin.nriName()+" reports IP "+shared,
+		`pod sandbox "`+neighbour+`" (`+harness.PodNamespace+"/neighbour)", `pod sandbox "`+first+`" (`+harness.PodNamespace+"/first) holds it")
+	wantPodReady(t, ctx, h, neighbour)
+	status, network := verbosePodStatus(t, ctx, h, first)
+	wantIPs(t, first, status, network, liveFrom(plugin, shared), cniSourced(firstCNI))
+
+	// ... or the IP CNI assigned to a running pod.
+	plugin.behave(t, "neighbour", behaveReport("192.0.2.201", firstCNI))
+	wantErrorNaming(t, podStatusError(t, ctx, h, neighbour), "reports IP "+firstCNI,
+		`pod sandbox "`+first+`" (`+harness.PodNamespace+"/first) holds it (assigned by CNI)")
+	plugin.behave(t, "neighbour", "")
+	status, network = verbosePodStatus(t, ctx, h, neighbour)
+	wantIPs(t, neighbour, status, network, liveFrom(plugin, "192.0.2.201"), cniSourced(neighbourCNI))
+
+	// The IPs are held across a restart of containerd, before any query: the test plugin exits
+	// with its connection, and connects again.
+	if err := h.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	plugin.waitExit(t, 30*time.Second)
+	plugin.start(t, ctx)
+	wantRefused("third", shared, first, "first", 2)
+	status, network = verbosePodStatus(t, ctx, h, first)
+	wantIPs(t, first, status, network, liveFrom(plugin, shared), cniSourced(firstCNI))
+
+	// A stopped pod's network is gone, and so is its hold on its IPs: the neighbour takes the IP.
+	if _, err := h.Runtime.StopPodSandbox(ctx, &criruntime.StopPodSandboxRequest{PodSandboxId: first}); err != nil {
+		t.Fatal(err)
+	}
+	plugin.behave(t, "neighbour", behaveReport("192.0.2.201", shared))
+	status, network = verbosePodStatus(t, ctx, h, neighbour)
+	wantIPs(t, neighbour, status, network, liveFrom(plugin, "192.0.2.201"), liveFrom(plugin, shared), cniSourced(neighbourCNI))
+	if err := h.RemovePod(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	wantRefused("fourth", shared, neighbour, "neighbour", 1)
+
+	// Once the holder is removed, the IP can be reused.
+	if err := h.RemovePod(ctx, neighbour); err != nil {
+		t.Fatal(err)
+	}
+	fifth, err := run("fifth", shared)
+	if err != nil {
+		t.Fatalf("a new pod handed %s after its holders were removed: %v", shared, err)
+	}
+	status, network = verbosePodStatus(t, ctx, h, fifth)
+	wantIPs(t, fifth, status, network, liveFrom(plugin, shared), cniSourced(cniIPOf(t, h, fifth)))
+
+	// Host-network pods hold no IP and are refused none.
+	hostConfig := h.HostNetworkPodConfig("host")
+	hostConfig.Annotations = map[string]string{annotationIP: shared}
+	runPod(t, ctx, h, hostConfig)
+	status, network = verbosePodStatus(t, ctx, h, fifth)
+	wantIPs(t, fifth, status, network, liveFrom(plugin, shared), cniSourced(cniIPOf(t, h, fifth)))
+}
