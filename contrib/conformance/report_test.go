@@ -163,6 +163,18 @@ func TestCompareSetsApartSpecDiscrepancyRaces(t *testing.T) {
 	if !strings.Contains(out.String(), "2 spec(s) passed or hit critest's \"spec discrepancy:\" by chance") {
 		t.Errorf("printed comparison does not set the races apart:\n%s", out.String())
 	}
+	// Upstream may lose the race; knext must not.
+	if err := c.verdict(); err == nil || !strings.Contains(err.Error(), "knext-cni lost the race critest probes in 2 spec(s): lost; sync") ||
+		strings.Contains(err.Error(), "upstream-cni lost") {
+		t.Errorf("verdict %v, want knext-cni, and only it, named for the races it lost", err)
+	}
+	rs[1].specs["sync"] = outcome{state: "passed"}
+	rs[1].specs["lost"] = outcome{state: "passed"}
+	rs[1].specs["other"] = rs[2].specs["other"]
+	rs[0].specs["other"] = rs[2].specs["other"]
+	if err := compare(rs).verdict(); err != nil {
+		t.Errorf("only upstream lost the races: verdict %v, want nil", err)
+	}
 }
 
 func TestCompareListsSpecsPassedOnARetry(t *testing.T) {
