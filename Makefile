@@ -35,14 +35,27 @@ export KNEXT_UPSTREAM_BIN_DIR := $(UPSTREAM_BIN)
 export KNEXT_BIN_DIR := $(BIN)
 export KNEXT_IMAGES_DIR := $(IMAGES)
 
-# The kubelet of the kubelet end-to-end suite, pinned in contrib/kubelet/go.mod and cached by version.
-export KNEXT_KUBELET := $(shell contrib/kubelet/build.sh -path $(BUILD)/kubelet)
+# Kubernetes (the kubelet of the kubelet end-to-end suite, and every component of `make cluster`),
+# pinned in contrib/kubernetes/go.mod and cached by version; etcd (contrib/etcd) and CoreDNS
+# (contrib/coredns) likewise.
+KUBERNETES_COMMANDS := kubelet kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl
+export KNEXT_KUBELET := $(shell contrib/kubernetes/build.sh -path $(BUILD)/kubernetes)
+export KNEXT_KUBERNETES_DIR := $(dir $(KNEXT_KUBELET))
+ETCD_TOOL := contrib/etcd go.etcd.io/etcd/server/v3 $(BUILD)/etcd etcd=go.etcd.io/etcd/server/v3
+export KNEXT_ETCD := $(shell contrib/build/gotools.sh -path $(ETCD_TOOL))
+COREDNS_TOOL := contrib/coredns github.com/coredns/coredns $(BUILD)/coredns coredns=github.com/knext-dev/knext/contrib/coredns
+COREDNS := $(shell contrib/build/gotools.sh -path $(COREDNS_TOOL))
+# The cluster's state (make cluster, make cluster-down) and nri-bridge's manifest it applies.
+CLUSTER_DIR := $(BUILD)/cluster
+NODES ?= 2
+RUNTIME ?= knext
+export KNEXT_NRI_BRIDGE_MANIFEST := $(CURDIR)/contrib/nri-bridge/daemonset.yaml
 # `make release`'s tarball (contrib/release), which a test unpacks and runs the demo from.
 RELEASE_DIR := $(BUILD)/release
 export KNEXT_RELEASE := $(RELEASE_DIR)/knext-$(TAG)-linux-$(shell go env GOARCH).tar.gz
 
-.PHONY: all src build upstream images kubelet release demo test integration bench conformance patches verify verify-proto \
-	verify-series upstream-branches upstream-ci clean
+.PHONY: all src build upstream images kubelet cluster-tools cluster-images cluster cluster-down release demo test \
+	integration bench conformance patches verify verify-proto verify-series upstream-branches upstream-ci clean
 all: build
 
 src: $(SRC_STAMP)
@@ -71,7 +84,31 @@ images: build
 
 # Builds the pinned kubelet from the Go module proxy unless $(KNEXT_KUBELET) is already there.
 kubelet:
-	@contrib/kubelet/build.sh $(BUILD)/kubelet >/dev/null
+	@contrib/kubernetes/build.sh $(BUILD)/kubernetes >/dev/null
+
+# Every component of the cluster, each built from the Go module proxy once per pinned version.
+cluster-tools:
+	@contrib/kubernetes/build.sh $(BUILD)/kubernetes $(KUBERNETES_COMMANDS) >/dev/null
+	@contrib/build/gotools.sh $(ETCD_TOOL) >/dev/null
+	@contrib/build/gotools.sh $(COREDNS_TOOL) >/dev/null
+
+# The cluster's own images: CoreDNS (tagged with its version) and the test workloads' netcheck.
+cluster-images: cluster-tools
+	CGO_ENABLED=0 go build -trimpath -ldflags=-s -o $(IMAGES)/netcheck ./contrib/cluster/netcheck
+	go run ./contrib/images -image knext.local/coredns:$(notdir $(patsubst %/,%,$(dir $(COREDNS))))=$(COREDNS) \
+		-image knext.local/netcheck:$(TAG)=$(IMAGES)/netcheck -out $(IMAGES)
+
+# A local Kubernetes cluster of $(NODES) nodes on knext without CNI, nri-bridge as its network
+# (RUNTIME=upstream: upstream containerd with CNI); it stays up until `make cluster-down`
+# (docs/cluster.md).
+cluster: build upstream images cluster-images
+	@contrib/ci/check-deps.sh
+	go build -o $(BIN)/knext-cluster ./contrib/cluster/knext-cluster
+	$(BIN)/knext-cluster up -dir $(CLUSTER_DIR) -nodes $(NODES) -runtime $(RUNTIME)
+
+cluster-down:
+	go build -o $(BIN)/knext-cluster ./contrib/cluster/knext-cluster
+	$(BIN)/knext-cluster down -dir $(CLUSTER_DIR)
 
 # The release tarball and its checksum file in $(RELEASE_DIR) (docs/release.md).
 release: build images
@@ -83,11 +120,11 @@ demo: build images
 	go build -o $(BIN)/knext-demo ./contrib/demo
 	$(BIN)/knext-demo -root $(BUILD)/demo
 
-integration: build upstream images kubelet release
+integration: build upstream images kubelet release cluster-images
 	go test -race -count=1 -p 2 -timeout 30m ./integration/...
 
 # The README's test command: every suite, counted per suite (contrib/ci/test.sh).
-test: build upstream images kubelet release
+test: build upstream images kubelet release cluster-images
 	@contrib/ci/check-deps.sh
 	@contrib/build/verify.sh
 	@contrib/build/verify-proto.sh

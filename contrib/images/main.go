@@ -5,7 +5,10 @@
 //		-nri-bridge-binary build/bin/nri-bridge -nri-bridge-image knext.local/nri-bridge:<tag> -out build/images
 //
 // -pause-binary is contrib/images/pause built statically (CGO_ENABLED=0), and so is
-// -nri-bridge-binary (`make build`).
+// -nri-bridge-binary (`make build`). Each -image REPOSITORY:TAG=BINARY (repeatable) writes the
+// archive <name>.tar of an image holding only that static binary, as /usr/local/bin/<name>, its
+// entrypoint, where <name> is the repository's last element: the cluster's CoreDNS and netcheck.
+// Only the archives whose inputs are given are written.
 package main
 
 import (
@@ -13,43 +16,68 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
+	"strings"
 
 	"github.com/knext-dev/knext/contrib/images/testimages"
 )
 
+// binaryImages collects -image flags.
+type binaryImages []string
+
+func (b *binaryImages) String() string     { return strings.Join(*b, ",") }
+func (b *binaryImages) Set(v string) error { *b = append(*b, v); return nil }
+
 func main() {
 	pauseBinary := flag.String("pause-binary", "", "static pause executable (built from ./contrib/images/pause)")
-	busybox := flag.String("busybox", "/bin/busybox", "statically linked busybox (Debian package busybox-static)")
+	busybox := flag.String("busybox", "", "statically linked busybox (Debian package busybox-static: /bin/busybox)")
 	nriBridgeBinary := flag.String("nri-bridge-binary", "", "static nri-bridge executable")
 	nriBridgeImage := flag.String("nri-bridge-image", "", "name of nri-bridge's image: "+testimages.NRIBridgeRepository+":<knext version>")
-	out := flag.String("out", "", "directory to write "+testimages.PauseArchive+", "+testimages.BusyboxArchive+" and "+testimages.NRIBridgeArchive+" into")
+	var images binaryImages
+	flag.Var(&images, "image", "`REPOSITORY:TAG=BINARY`: an image of one static executable (repeatable)")
+	out := flag.String("out", "", "directory to write the archives into")
 	flag.Parse()
-	if *pauseBinary == "" || *nriBridgeBinary == "" || *nriBridgeImage == "" || *out == "" || flag.NArg() != 0 {
+	if *out == "" || flag.NArg() != 0 || (*nriBridgeBinary == "") != (*nriBridgeImage == "") ||
+		(*pauseBinary == "" && *busybox == "" && *nriBridgeBinary == "" && len(images) == 0) {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := writeArchives(*out, *pauseBinary, *busybox, *nriBridgeBinary, *nriBridgeImage); err != nil {
+	if err := writeArchives(*out, *pauseBinary, *busybox, *nriBridgeBinary, *nriBridgeImage, images); err != nil {
 		fmt.Fprintln(os.Stderr, "images:", err)
 		os.Exit(1)
 	}
 }
 
-func writeArchives(dir, pauseBinary, busybox, nriBridgeBinary, nriBridgeImage string) error {
+func writeArchives(dir, pauseBinary, busybox, nriBridgeBinary, nriBridgeImage string, images []string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	if err := testimages.WriteFile(filepath.Join(dir, testimages.PauseArchive), func(w io.Writer) error {
-		return testimages.WritePause(w, pauseBinary)
-	}); err != nil {
-		return err
+	archives := map[string]func(io.Writer) error{}
+	if pauseBinary != "" {
+		archives[testimages.PauseArchive] = func(w io.Writer) error { return testimages.WritePause(w, pauseBinary) }
 	}
-	if err := testimages.WriteFile(filepath.Join(dir, testimages.BusyboxArchive), func(w io.Writer) error {
-		return testimages.WriteBusybox(w, busybox)
-	}); err != nil {
-		return err
+	if busybox != "" {
+		archives[testimages.BusyboxArchive] = func(w io.Writer) error { return testimages.WriteBusybox(w, busybox) }
 	}
-	return testimages.WriteFile(filepath.Join(dir, testimages.NRIBridgeArchive), func(w io.Writer) error {
-		return testimages.WriteNRIBridge(w, nriBridgeImage, nriBridgeBinary)
-	})
+	if nriBridgeBinary != "" {
+		archives[testimages.NRIBridgeArchive] = func(w io.Writer) error {
+			return testimages.WriteNRIBridge(w, nriBridgeImage, nriBridgeBinary)
+		}
+	}
+	for _, image := range images {
+		name, binary, ok := strings.Cut(image, "=")
+		repository, _, tagged := strings.Cut(name, ":")
+		if !ok || !tagged || binary == "" {
+			return fmt.Errorf("-image %q is not REPOSITORY:TAG=BINARY", image)
+		}
+		command := path.Base(repository)
+		archives[command+".tar"] = func(w io.Writer) error { return testimages.WriteBinaryImage(w, name, command, binary) }
+	}
+	for archive, write := range archives {
+		if err := testimages.WriteFile(filepath.Join(dir, archive), write); err != nil {
+			return err
+		}
+	}
+	return nil
 }

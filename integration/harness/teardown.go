@@ -30,12 +30,12 @@ const cniCacheDir = "/var/lib/cni/results"
 func teardown(res resources) error {
 	var errs []error
 	errs = append(errs, killInstanceProcesses(res))
-	errs = append(errs, killCgroupTree(res.CgroupParent))
-	unmountErr := unmountUnder(res.Root)
+	errs = append(errs, KillCgroupTree(res.CgroupParent))
+	unmountErr := UnmountUnder(res.Root)
 	errs = append(errs, unmountErr)
 	errs = append(errs, deleteLink(res.Bridge))
 	errs = append(errs, deleteNRIBridgeTable(res.Bridge))
-	errs = append(errs, removeCgroupTree(res.CgroupParent))
+	errs = append(errs, RemoveCgroupTree(res.CgroupParent))
 	errs = append(errs, removeCNICache(res.Network))
 	// Never delete through a mount that is still there: it could reach outside the root.
 	if unmountErr == nil {
@@ -48,23 +48,37 @@ func teardown(res resources) error {
 // its shims (found by its unique socket address) and the shims' children (container init
 // processes, also of pods outside the harness's cgroup parent), and waits for them to be gone.
 func killInstanceProcesses(res resources) error {
+	return killMatching(func(argv []string) bool {
+		return hasArgPair(argv, "--config", res.ConfigPath) || hasArgPair(argv, "-address", res.Address)
+	}, "processes of containerd "+res.Address)
+}
+
+// KillShims SIGKILLs the shims of the containerd listening on address (found by their
+// `-address` argument) and the shims' children, and waits for them to be gone.
+func KillShims(address string) error {
+	return killMatching(func(argv []string) bool { return hasArgPair(argv, "-address", address) },
+		"shims of containerd "+address)
+}
+
+// killMatching SIGKILLs every process whose command line match accepts, and their children.
+func killMatching(match func(argv []string) bool, what string) error {
 	procs, err := listProcesses()
 	if err != nil {
 		return err
 	}
-	instance := map[int]bool{}
+	matched := map[int]bool{}
 	for _, p := range procs {
-		if hasArgPair(p.argv, "--config", res.ConfigPath) || hasArgPair(p.argv, "-address", res.Address) {
-			instance[p.pid] = true
+		if match(p.argv) {
+			matched[p.pid] = true
 		}
 	}
 	var pids []int
 	for _, p := range procs {
-		if instance[p.pid] || instance[p.ppid] {
+		if matched[p.pid] || matched[p.ppid] {
 			pids = append(pids, p.pid)
 		}
 	}
-	return killAndWait(pids, "processes of containerd "+res.Address)
+	return killAndWait(pids, what)
 }
 
 type process struct {
@@ -174,9 +188,9 @@ func cgroupTree(dir string) []string {
 	return tree
 }
 
-// killCgroupTree kills every process left in the harness's cgroup parent: containers whose shim
-// is gone keep running otherwise.
-func killCgroupTree(parent string) error {
+// KillCgroupTree kills every process left in the cgroup parent and below, in every hierarchy:
+// containers whose shim is gone keep running otherwise.
+func KillCgroupTree(parent string) error {
 	dirs, err := cgroupDirs(parent)
 	if err != nil {
 		return err
@@ -204,8 +218,8 @@ func killCgroupTree(parent string) error {
 	return killAndWait(pids, "processes in cgroup "+parent)
 }
 
-// removeCgroupTree removes parent's cgroups in every hierarchy, children first.
-func removeCgroupTree(parent string) error {
+// RemoveCgroupTree removes parent's cgroups in every hierarchy, children first.
+func RemoveCgroupTree(parent string) error {
 	dirs, err := cgroupDirs(parent)
 	if err != nil {
 		return err
@@ -230,9 +244,9 @@ func removeCgroupTree(parent string) error {
 	return errors.Join(errs...)
 }
 
-// unmountUnder detaches every mount at or below root (netns bind mounts, container rootfs, shm),
+// UnmountUnder detaches every mount at or below root (netns bind mounts, container rootfs, shm),
 // deepest first, until none is left.
-func unmountUnder(root string) error {
+func UnmountUnder(root string) error {
 	if root == "" {
 		return nil
 	}

@@ -73,9 +73,9 @@ type Kubelet struct {
 	process    *harness.Process // nil while stopped
 }
 
-// kernelDefaults are the sysctls the kubelet insists on (k8s.io/component-helpers/node/util/sysctl),
+// KernelDefaults are the sysctls the kubelet insists on (k8s.io/component-helpers/node/util/sysctl),
 // as files in its mount namespace. Names are /proc/sys paths with dots for slashes.
-var kernelDefaults = map[string]int{
+var KernelDefaults = map[string]int{
 	"vm.overcommit_memory":      1,
 	"vm.panic_on_oom":           0,
 	"kernel.panic":              10,
@@ -118,7 +118,7 @@ func New(ctx context.Context, h *harness.Harness, opts Options) (*Kubelet, error
 			return nil, err
 		}
 	}
-	for name, value := range kernelDefaults {
+	for name, value := range KernelDefaults {
 		if err := os.WriteFile(filepath.Join(k.sysctlDir, name), []byte(strconv.Itoa(value)+"\n"), 0o444); err != nil {
 			return nil, err
 		}
@@ -126,7 +126,7 @@ func New(ctx context.Context, h *harness.Harness, opts Options) (*Kubelet, error
 	if err := MakeSharedMount(k.RootDir); err != nil {
 		return nil, err
 	}
-	if err := createCgroup(k.CgroupRoot); err != nil {
+	if err := CreateCgroup(k.CgroupRoot); err != nil {
 		return nil, err
 	}
 	var err error
@@ -370,10 +370,10 @@ func MakeSharedMount(dir string) error {
 	return nil
 }
 
-// createCgroup creates cgroup (e.g. /knext-<id>/kubelet) and its parents in every mounted
+// CreateCgroup creates cgroup (e.g. /knext-<id>/kubelet) and its parents in every mounted
 // cgroup hierarchy: the kubelet requires its cgroup root to exist in all of them. A new cpuset
 // cgroup has no CPUs and memory nodes until they are copied from its parent.
-func createCgroup(cgroup string) error {
+func CreateCgroup(cgroup string) error {
 	mounts, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup", "cgroup2"))
 	if err != nil {
 		return err

@@ -175,17 +175,23 @@ func WriteNRIBridge(w io.Writer, name, nriBridgeBinary string) error {
 	if !strings.HasPrefix(name, NRIBridgeRepository+":") {
 		return fmt.Errorf("nri-bridge image: name %q is not %s:<tag>", name, NRIBridgeRepository)
 	}
-	binary, err := os.ReadFile(nriBridgeBinary)
+	return WriteBinaryImage(w, name, "nri-bridge", nriBridgeBinary)
+}
+
+// WriteBinaryImage writes the image named name holding only binary, a static executable, as
+// /usr/local/bin/<command>, its entrypoint.
+func WriteBinaryImage(w io.Writer, name, command, binary string) error {
+	content, err := os.ReadFile(binary)
 	if err != nil {
-		return fmt.Errorf("nri-bridge image: %w", err)
+		return fmt.Errorf("image %s: %w", name, err)
 	}
 	files := []File{
 		{Name: "usr", Mode: 0o755, Type: tar.TypeDir},
 		{Name: "usr/local", Mode: 0o755, Type: tar.TypeDir},
 		{Name: "usr/local/bin", Mode: 0o755, Type: tar.TypeDir},
-		{Name: "usr/local/bin/nri-bridge", Mode: 0o755, Type: tar.TypeReg, Content: binary},
+		{Name: "usr/local/bin/" + command, Mode: 0o755, Type: tar.TypeReg, Content: content},
 	}
-	config := ocispec.ImageConfig{Env: []string{DefaultPath}, Entrypoint: []string{"/usr/local/bin/nri-bridge"}}
+	config := ocispec.ImageConfig{Env: []string{DefaultPath}, Entrypoint: []string{"/usr/local/bin/" + command}}
 	return WriteArchive(w, Image{Names: []string{name}, Layers: [][]File{files}, Config: config})
 }
 

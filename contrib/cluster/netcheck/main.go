@@ -1,0 +1,156 @@
+// Command netcheck is the server and client of the cluster tests' workloads (image
+// knext.local/netcheck): a server that tells each client which address it came from, and clients
+// that print what the server said.
+//
+//	netcheck serve [-port 8080]         TCP (HTTP) and UDP on the port, both families
+//	netcheck get URL                     HTTP GET; prints the answer
+//	netcheck udp HOST:PORT               one UDP datagram; prints the answer
+//	netcheck lookup NAME                 the name's addresses, one a line (the pod's resolv.conf)
+//
+// The server's answer, over HTTP (GET /) and UDP alike, is one line: "client=<ip> host=<hostname>".
+// Every client gives up after -timeout (default 5s) and exits 1 with the error.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: netcheck serve|get|udp|lookup ...")
+		os.Exit(2)
+	}
+	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
+	port := fs.Int("port", 8080, "port to serve TCP (HTTP) and UDP on")
+	timeout := fs.Duration("timeout", 5*time.Second, "client timeout")
+	fs.Parse(os.Args[2:])
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	var err error
+	switch os.Args[1] {
+	case "serve":
+		err = serve(*port)
+	case "get":
+		err = get(ctx, fs.Arg(0))
+	case "udp":
+		err = udp(ctx, fs.Arg(0))
+	case "lookup":
+		err = lookup(ctx, fs.Arg(0))
+	default:
+		err = fmt.Errorf("unknown command %q", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "netcheck:", err)
+		os.Exit(1)
+	}
+}
+
+// answer is what the server says to a client at addr.
+func answer(addr net.Addr) string {
+	host, _ := os.Hostname()
+	ip := addr.String()
+	if h, _, err := net.SplitHostPort(ip); err == nil {
+		ip = h
+	}
+	return fmt.Sprintf("client=%s host=%s\n", ip, host)
+}
+
+func serve(port int) error {
+	addr := ":" + strconv.Itoa(port)
+	// "udp" and "tcp" on ":port" listen on both families.
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return err
+	}
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			_, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				continue
+			}
+			pc.WriteTo([]byte(answer(from)), from) //nolint:errcheck // the client retries or reports
+		}
+	}()
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		remote, err := net.ResolveTCPAddr("tcp", r.RemoteAddr)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		io.WriteString(w, answer(remote)) //nolint:errcheck
+	})
+	fmt.Printf("netcheck: serving TCP and UDP on %s\n", addr)
+	return http.ListenAndServe(addr, handler)
+}
+
+func get(ctx context.Context, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	// A new connection every time: each request is a new flow through the Service's rules.
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	_, err = os.Stdout.Write(body)
+	return err
+}
+
+func udp(ctx context.Context, addr string) error {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "udp", addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	deadline, _ := ctx.Deadline()
+	conn.SetDeadline(deadline) //nolint:errcheck
+	buf := make([]byte, 1500)
+	// UDP may drop a datagram: ask again every half second until the deadline.
+	for {
+		if _, err := conn.Write([]byte("netcheck\n")); err != nil {
+			return err
+		}
+		conn.SetReadDeadline(time.Now().Add(500 * time.Millisecond)) //nolint:errcheck
+		n, err := conn.Read(buf)
+		if err == nil {
+			_, err = os.Stdout.Write(buf[:n])
+			return err
+		}
+		var netErr net.Error
+		if !errors.As(err, &netErr) || !netErr.Timeout() || time.Now().After(deadline) {
+			return fmt.Errorf("udp %s: %w", addr, err)
+		}
+	}
+}
+
+func lookup(ctx context.Context, name string) error {
+	addrs, err := net.DefaultResolver.LookupHost(ctx, name)
+	if err != nil {
+		return err
+	}
+	for _, a := range addrs {
+		fmt.Println(a)
+	}
+	return nil
+}
