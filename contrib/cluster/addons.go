@@ -139,6 +139,7 @@ spec:
     k8s-app: kube-dns
   ipFamilyPolicy: RequireDualStack
   ipFamilies: [IPv4, IPv6]
+  clusterIP: DNS4
   clusterIPs: [DNS4, DNS6]
   ports:
   - {name: dns, port: 53, protocol: UDP}

@@ -99,7 +99,7 @@ type State struct {
 type ControlPlaneState struct {
 	Netns     string              `json:"netns"`
 	HostVeth  string              `json:"hostVeth"`
-	IP        string              `json:"ip"`
+	IPs       []string            `json:"ips"` // IPv4 (the API server's), IPv6 on the underlay
 	Processes map[string]*Process `json:"processes"`
 }
 
@@ -207,7 +207,8 @@ func Up(ctx context.Context, cfg Config) (*Cluster, error) {
 		Underlay: []string{subnet.String(), subnet6.String()},
 		HostIPs:  []string{hostAddr(subnet, 1).String(), hostAddr(subnet6, 1).String()},
 		ControlPlane: ControlPlaneState{
-			Netns: "knc-" + id + "-cp", HostVeth: prefix + "cp", IP: hostAddr(subnet, 2).String(),
+			Netns: "knc-" + id + "-cp", HostVeth: prefix + "cp",
+			IPs:   []string{hostAddr(subnet, 2).String(), hostAddr(subnet6, 2).String()},
 			Processes: map[string]*Process{},
 		},
 		Binaries: cfg.Binaries, Images: cfg.Images, CoreDNSImage: cfg.CoreDNSImage,
@@ -361,21 +362,28 @@ func (c *Cluster) Node(name string) *NodeState {
 
 // ControlPlaneURL is the API server's URL on the underlay.
 func (c *Cluster) ControlPlaneURL() string {
-	return "https://" + c.ControlPlane.IP + ":6443"
+	return "https://" + c.ControlPlane.IPs[0] + ":6443"
 }
 
 func mustPrefix(s string) netip.Prefix {
 	return netip.MustParsePrefix(s)
 }
 
-// poll calls check every 200 ms until it returns nil, ctx ends or timeout passes; the error
-// is check's last.
+// permanent marks an error poll must not retry.
+type permanent struct{ error }
+
+// poll calls check every 200 ms until it returns nil, returns a permanent error, ctx ends or
+// timeout passes; the error is check's last.
 func poll(ctx context.Context, timeout time.Duration, check func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		err := check()
 		if err == nil {
 			return nil
+		}
+		var p permanent
+		if errors.As(err, &p) {
+			return p.error
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("still not so after %s: %w", timeout, err)

@@ -34,8 +34,7 @@ func (c *Cluster) createPKI() error {
 	if err := newServiceAccountKey(dir); err != nil {
 		return err
 	}
-	cp := netip.MustParseAddr(c.ControlPlane.IP)
-	ips := []net.IP{cp.AsSlice(), net.IPv4(127, 0, 0, 1)}
+	ips := []net.IP{net.ParseIP(c.ControlPlane.IPs[0]), net.IPv4(127, 0, 0, 1)}
 	for _, cidr := range serviceCIDRs {
 		// The first address of each Service range is the `kubernetes` Service's.
 		ips = append(ips, mustPrefix(cidr).Addr().Next().AsSlice())
@@ -87,18 +86,22 @@ func (c *Cluster) writeKubeconfig(ca *authority, path, user string, orgs []strin
 
 // createUnderlay creates the host's bridge and the control plane's network namespace on it.
 func (c *Cluster) createUnderlay() error {
-	var hostAddrs []netip.Prefix
-	for i, ip := range c.HostIPs {
-		hostAddrs = append(hostAddrs, netip.PrefixFrom(netip.MustParseAddr(ip), mustPrefix(c.Underlay[i]).Bits()))
-	}
-	if err := createBridge(c.Bridge, hostAddrs...); err != nil {
+	if err := createBridge(c.Bridge, c.underlayAddrs(c.HostIPs)...); err != nil {
 		return err
 	}
 	if err := createNetns(c.ControlPlane.Netns); err != nil {
 		return err
 	}
-	cp := netip.PrefixFrom(netip.MustParseAddr(c.ControlPlane.IP), mustPrefix(c.Underlay[0]).Bits())
-	return plugInto(c.Bridge, c.ControlPlane.HostVeth, c.ControlPlane.Netns, []netip.Prefix{cp})
+	return plugInto(c.Bridge, c.ControlPlane.HostVeth, c.ControlPlane.Netns, c.underlayAddrs(c.ControlPlane.IPs))
+}
+
+// underlayAddrs returns ips (IPv4, IPv6) with the underlay's prefix lengths.
+func (c *Cluster) underlayAddrs(ips []string) []netip.Prefix {
+	var addrs []netip.Prefix
+	for i, ip := range ips {
+		addrs = append(addrs, netip.PrefixFrom(netip.MustParseAddr(ip), mustPrefix(c.Underlay[i]).Bits()))
+	}
+	return addrs
 }
 
 // controlPlaneProcesses returns the control plane's commands, in start order.
@@ -121,7 +124,7 @@ func (c *Cluster) controlPlaneProcesses() []*Process {
 			"--initial-cluster=etcd=http://127.0.0.1:2380", "--log-level=warn"),
 		process("kube-apiserver", filepath.Join(k8s, "kube-apiserver"),
 			"--etcd-servers="+etcdURL,
-			"--advertise-address="+c.ControlPlane.IP, "--secure-port=6443",
+			"--advertise-address="+c.ControlPlane.IPs[0], "--secure-port=6443",
 			"--tls-cert-file="+filepath.Join(pki, "apiserver.crt"), "--tls-private-key-file="+filepath.Join(pki, "apiserver.key"),
 			"--client-ca-file="+filepath.Join(pki, "ca.crt"),
 			"--kubelet-client-certificate="+filepath.Join(pki, "apiserver-kubelet-client.crt"),
@@ -194,7 +197,7 @@ func (c *Cluster) waitAPIServer(ctx context.Context) error {
 	apiserver := c.ControlPlane.Processes["kube-apiserver"]
 	err := poll(ctx, 2*time.Minute, func() error {
 		if !apiserver.running() {
-			return fmt.Errorf("kube-apiserver exited:\n%s", tail(apiserver.Log, 30))
+			return permanent{fmt.Errorf("kube-apiserver exited:\n%s", tail(apiserver.Log, 30))}
 		}
 		client, err := c.Client()
 		if err != nil {

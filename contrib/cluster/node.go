@@ -62,8 +62,10 @@ cluster=$1 node=$2
 for file in "$node"/sysctl/*; do
 	mount --bind -o ro "$file" "/proc/sys/$(basename "$file" | tr . /)"
 done
-# The host's /run holds other programs' mounts (network namespaces among them): detach its copy.
-umount -l /run
+# The host's /run holds other programs' mounts (network namespaces among them): detach their
+# copies, deepest first (a lazy unmount takes the mounts below along: those fail, and may).
+awk '$5 == "/run" || index($5, "/run/") == 1 { print $5 }' /proc/self/mountinfo | sort -r |
+	while read -r target; do umount -l "$target" 2>/dev/null || true; done
 mount --bind "$node/run" /run
 mount --bind "$node/var-lib" /var/lib
 mount --bind "$node/var-log" /var/log
@@ -71,7 +73,7 @@ mount -t overlay -o "lowerdir=/etc,upperdir=$node/etc/upper,workdir=$node/etc/wo
 umount -l "$cluster"
 `
 
-// nodeFiles are the node's configuration files, by their path inside the node.
+// nodeFiles are the node's configuration files, by their path inside the node (all in /etc).
 func (c *Cluster) nodeFiles(n *NodeState) (map[string][]byte, error) {
 	containerd, err := c.containerdConfig()
 	if err != nil {
@@ -96,8 +98,8 @@ func (c *Cluster) nodeFiles(n *NodeState) (map[string][]byte, error) {
 		return nil, err
 	}
 	files := map[string][]byte{
-		"/etc/containerd/config.toml":   containerd,
-		"/etc/kubernetes/kubelet.yaml":  kubeletConfig,
+		"/etc/containerd/config.toml":     containerd,
+		"/etc/kubernetes/kubelet.yaml":    kubeletConfig,
 		"/etc/kubernetes/kube-proxy.yaml": proxyConfig,
 		// No upstream resolver is reachable: pods with dnsPolicy Default get none.
 		"/etc/resolv.conf": nil,
@@ -254,7 +256,7 @@ func (c *Cluster) createNode(n *NodeState) error {
 		return err
 	}
 	for name, data := range files {
-		if err := writeFile(filepath.Join(n.etcDir(), name), data); err != nil {
+		if err := writeFile(filepath.Join(n.etcDir(), strings.TrimPrefix(name, "/etc/")), data); err != nil {
 			return err
 		}
 	}
@@ -291,11 +293,7 @@ func (c *Cluster) bootNode(ctx context.Context, n *NodeState) error {
 	if err := createNetns(n.Netns); err != nil {
 		return err
 	}
-	var addrs []netip.Prefix
-	for i, ip := range n.IPs {
-		addrs = append(addrs, netip.PrefixFrom(netip.MustParseAddr(ip), mustPrefix(c.Underlay[i]).Bits()))
-	}
-	if err := plugInto(c.Bridge, n.HostVeth, n.Netns, addrs); err != nil {
+	if err := plugInto(c.Bridge, n.HostVeth, n.Netns, c.underlayAddrs(n.IPs)); err != nil {
 		return err
 	}
 	if err := setSysctls(n.Netns, nodeSysctls); err != nil {
@@ -399,7 +397,7 @@ func (c *Cluster) waitContainerd(ctx context.Context, n *NodeState, p *Process) 
 	defer closeConn()
 	return poll(ctx, time.Minute, func() error {
 		if !p.running() {
-			return fmt.Errorf("%s exited:\n%s", p.Name, tail(p.Log, 30))
+			return permanent{fmt.Errorf("%s exited:\n%s", p.Name, tail(p.Log, 30))}
 		}
 		callCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
@@ -449,7 +447,7 @@ func (c *Cluster) waitNodeRegistered(ctx context.Context, n *NodeState) error {
 	kubeletProcess := n.Processes["kubelet"]
 	return poll(ctx, 2*time.Minute, func() error {
 		if !kubeletProcess.running() {
-			return fmt.Errorf("%s exited:\n%s", kubeletProcess.Name, tail(kubeletProcess.Log, 30))
+			return permanent{fmt.Errorf("%s exited:\n%s", kubeletProcess.Name, tail(kubeletProcess.Log, 30))}
 		}
 		_, err := client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 		if err != nil {
@@ -460,7 +458,9 @@ func (c *Cluster) waitNodeRegistered(ctx context.Context, n *NodeState) error {
 }
 
 // waitPodCIDRs waits until the controller-manager has given every node its pod CIDRs, records
-// them, and in the baseline routes each node's pod CIDRs via its node IPs on every other node.
+// them, and routes them: in the control plane's network namespace (it is no node: nothing else
+// routes its answers to pods there, a pod reaching the API server through the kubernetes Service
+// among them) and, in the baseline, on every other node.
 func (c *Cluster) waitPodCIDRs(ctx context.Context) error {
 	client, err := c.Client()
 	if err != nil {
@@ -485,6 +485,9 @@ func (c *Cluster) waitPodCIDRs(ctx context.Context) error {
 		return err
 	}
 	for _, n := range c.Nodes {
+		if err := routePodCIDRs(c.ControlPlane.Netns, n); err != nil {
+			return err
+		}
 		if err := c.addPodRoutes(n); err != nil {
 			return err
 		}
@@ -492,23 +495,31 @@ func (c *Cluster) waitPodCIDRs(ctx context.Context) error {
 	return nil
 }
 
-// addPodRoutes routes, in the baseline, every other node's pod CIDRs via that node's IP of the
-// same family in n's network namespace (knext's nri-bridge keeps these routes itself).
+// addPodRoutes routes, in the baseline, every other node's pod CIDRs in n's network namespace
+// (knext's nri-bridge keeps these routes itself).
 func (c *Cluster) addPodRoutes(n *NodeState) error {
 	if c.Runtime != RuntimeUpstream {
 		return nil
 	}
 	for _, other := range c.Nodes {
-		if other == n {
-			continue
+		if other != n {
+			if err := routePodCIDRs(n.Netns, other); err != nil {
+				return err
+			}
 		}
-		for _, cidr := range other.PodCIDRs {
-			dst := mustPrefix(cidr)
-			for _, ip := range other.IPs {
-				if gw := netip.MustParseAddr(ip); gw.Is4() == dst.Addr().Is4() {
-					if err := replaceRoute(n.Netns, dst, gw); err != nil {
-						return err
-					}
+	}
+	return nil
+}
+
+// routePodCIDRs routes node's pod CIDRs via its IP of the same family in the network namespace
+// netnsName.
+func routePodCIDRs(netnsName string, node *NodeState) error {
+	for _, cidr := range node.PodCIDRs {
+		dst := mustPrefix(cidr)
+		for _, ip := range node.IPs {
+			if gw := netip.MustParseAddr(ip); gw.Is4() == dst.Addr().Is4() {
+				if err := replaceRoute(netnsName, dst, gw); err != nil {
+					return err
 				}
 			}
 		}
