@@ -208,7 +208,7 @@ func Up(ctx context.Context, cfg Config) (*Cluster, error) {
 		HostIPs:  []string{hostAddr(subnet, 1).String(), hostAddr(subnet6, 1).String()},
 		ControlPlane: ControlPlaneState{
 			Netns: "knc-" + id + "-cp", HostVeth: prefix + "cp",
-			IPs:   []string{hostAddr(subnet, 2).String(), hostAddr(subnet6, 2).String()},
+			IPs:       []string{hostAddr(subnet, 2).String(), hostAddr(subnet6, 2).String()},
 			Processes: map[string]*Process{},
 		},
 		Binaries: cfg.Binaries, Images: cfg.Images, CoreDNSImage: cfg.CoreDNSImage,

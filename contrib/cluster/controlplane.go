@@ -215,11 +215,14 @@ func (c *Cluster) waitAPIServer(ctx context.Context) error {
 	return nil
 }
 
-// RestartAPIServer stops the API server (SIGTERM) and starts it again, then waits until it is
-// ready.
+// RestartAPIServer stops the API server (SIGTERM; SIGKILL after 15 s, as its graceful
+// termination can wait longer for clients that keep their connections) and starts it again, then
+// waits until it is ready.
 func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	apiserver := c.ControlPlane.Processes["kube-apiserver"]
-	if err := apiserver.stop(30 * time.Second); err != nil {
+	if err := apiserver.stop(15 * time.Second); errors.Is(err, errKilled) {
+		c.logf("cluster %s: %v", c.ID, err)
+	} else if err != nil {
 		return err
 	}
 	if err := c.startProcess(apiserver); err != nil {

@@ -377,8 +377,8 @@ func isMountPoint(dir string) (bool, error) {
 	return false, nil
 }
 
-// criClient connects to the node's containerd.
-func (n *NodeState) criClient() (criruntime.RuntimeServiceClient, criruntime.ImageServiceClient, func() error, error) {
+// CRI connects to the node's containerd; call the returned function to close the connection.
+func (n *NodeState) CRI() (criruntime.RuntimeServiceClient, criruntime.ImageServiceClient, func() error, error) {
 	conn, err := grpc.NewClient("unix://"+n.ContainerdSocket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, nil, nil, err
@@ -390,7 +390,7 @@ func (n *NodeState) criClient() (criruntime.RuntimeServiceClient, criruntime.Ima
 // becomes ready later: with CNI once the kubelet reports the pod CIDRs, without once nri-bridge
 // runs).
 func (c *Cluster) waitContainerd(ctx context.Context, n *NodeState, p *Process) error {
-	rt, _, closeConn, err := n.criClient()
+	rt, _, closeConn, err := n.CRI()
 	if err != nil {
 		return err
 	}
@@ -417,7 +417,7 @@ func (c *Cluster) waitContainerd(ctx context.Context, n *NodeState, p *Process) 
 // importImages imports the cluster's image archives into the node's containerd unless CRI knows
 // them already (a rebooted node keeps its images).
 func (c *Cluster) importImages(ctx context.Context, n *NodeState) error {
-	_, images, closeConn, err := n.criClient()
+	_, images, closeConn, err := n.CRI()
 	if err != nil {
 		return err
 	}
@@ -579,4 +579,14 @@ func (c *Cluster) RestartProcess(ctx context.Context, node, component string) er
 		return c.waitContainerd(ctx, n, p)
 	}
 	return nil
+}
+
+// Crictl runs crictl against the node's containerd and returns its standard output.
+func (c *Cluster) Crictl(ctx context.Context, node string, args ...string) ([]byte, error) {
+	n := c.Node(node)
+	if n == nil {
+		return nil, fmt.Errorf("no node %s", node)
+	}
+	endpoint := "unix://" + n.ContainerdSocket()
+	return runInput(ctx, nil, append([]string{"crictl", "--runtime-endpoint", endpoint, "--image-endpoint", endpoint, "--timeout", "30s"}, args...)...)
 }

@@ -108,10 +108,13 @@ func (p *Process) signal(sig syscall.Signal, grace time.Duration) error {
 		return fmt.Errorf("%s (pid %d) still alive 10s after SIGKILL", p.Name, p.PID)
 	}
 	if sig != syscall.SIGKILL {
-		return fmt.Errorf("%s (pid %d) ignored SIGTERM for %s and was killed", p.Name, p.PID, grace)
+		return fmt.Errorf("%s (pid %d) ignored SIGTERM for %s and was killed: %w", p.Name, p.PID, grace, errKilled)
 	}
 	return nil
 }
+
+// errKilled says that a process stop had to SIGKILL the process after its grace period.
+var errKilled = errors.New("killed after its grace period")
 
 // waitGone waits up to timeout until the process pid started at start is gone (or a zombie).
 func waitGone(pid int, start uint64, timeout time.Duration) bool {

@@ -6,9 +6,11 @@
 //	netcheck get URL                     HTTP GET; prints the answer
 //	netcheck udp HOST:PORT               one UDP datagram; prints the answer
 //	netcheck lookup NAME                 the name's addresses, one a line (the pod's resolv.conf)
+//	netcheck probe [-interval 200ms] URL GET URL forever, one line a request: "<time> ok|fail <detail>"
 //
 // The server's answer, over HTTP (GET /) and UDP alike, is one line: "client=<ip> host=<hostname>".
-// Every client gives up after -timeout (default 5s) and exits 1 with the error.
+// Every client gives up after -timeout (default 5s) and exits 1 with the error; probe gives each
+// request that long and goes on.
 package main
 
 import (
@@ -32,6 +34,7 @@ func main() {
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
 	port := fs.Int("port", 8080, "port to serve TCP (HTTP) and UDP on")
 	timeout := fs.Duration("timeout", 5*time.Second, "client timeout")
+	interval := fs.Duration("interval", 200*time.Millisecond, "probe: time between the starts of two requests")
 	fs.Parse(os.Args[2:])
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
@@ -45,6 +48,8 @@ func main() {
 		err = udp(ctx, fs.Arg(0))
 	case "lookup":
 		err = lookup(ctx, fs.Arg(0))
+	case "probe":
+		probe(fs.Arg(0), *interval, *timeout)
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -94,26 +99,51 @@ func serve(port int) error {
 }
 
 func get(ctx context.Context, url string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	body, err := fetch(ctx, url)
 	if err != nil {
 		return err
 	}
-	// A new connection every time: each request is a new flow through the Service's rules.
+	_, err = os.Stdout.Write(body)
+	return err
+}
+
+// fetch GETs url on a new connection (each request is a new flow through a Service's rules) and
+// returns the body of a 200 answer.
+func fetch(ctx context.Context, url string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	resp, err := client.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
-	_, err = os.Stdout.Write(body)
-	return err
+	return body, nil
+}
+
+// probe GETs url every interval, forever, and prints one line per request.
+func probe(url string, interval, timeout time.Duration) {
+	for next := time.Now(); ; next = next.Add(interval) {
+		time.Sleep(time.Until(next))
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		body, err := fetch(ctx, url)
+		cancel()
+		if err != nil {
+			fmt.Printf("%s fail %v\n", start.UTC().Format(time.RFC3339Nano), err)
+		} else {
+			fmt.Printf("%s ok %s", start.UTC().Format(time.RFC3339Nano), body)
+		}
+	}
 }
 
 func udp(ctx context.Context, addr string) error {
