@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs everything `make demo`, `make test`, `make bench` and `make conformance` need on
+# Installs everything `make demo`, `make test`, `make cluster`, `make bench` and `make conformance` need on
 # Debian 12, as root.
 # Idempotent: a second run changes nothing. Versions of Go tools come from the pinned upstream
 # (runc) or are fixed in this repository (cri-tools: contrib/ci/cri-tools.version, which
@@ -21,7 +21,7 @@ apt_packages=(
 	util-linux mount            # unshare, findmnt, mount, ipcmk: upstream's integration tests, the kubelet suite, critest
 	strace procps               # upstream's TestIssue7496 delays with strace; restart tests use pkill
 	iptables                    # CNI portmap (hostPort) in make conformance
-	nftables                    # nft: kube-proxy-like rules in nri-bridge's Service tests
+	nftables                    # nft: kube-proxy's nftables mode in make cluster and the cluster-e2e suite, kube-proxy-like rules in nri-bridge's Service tests
 	git make gcc
 )
 missing=()

@@ -1,3 +1,5 @@
+// CoreDNS for `make cluster`, pinned here; main.go is CoreDNS's main with the plugins a cluster
+// DNS uses, built from the Go module proxy by contrib/build/gotools.sh.
 module github.com/knext-dev/knext/contrib/coredns
 
 go 1.26.0

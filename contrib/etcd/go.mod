@@ -1,3 +1,6 @@
+// etcd for `make cluster`, pinned here and built from the Go module proxy by
+// contrib/build/gotools.sh. Its server module (the etcd command at the module root) has replace
+// directives that refuse `go install`; required from this module, they are ignored.
 module github.com/knext-dev/knext/contrib/etcd
 
 go 1.26.0

@@ -1,8 +1,9 @@
-// The kubelet of the kubelet end-to-end suite (integration/kubelet), pinned here and built by
-// build.sh from the Go module proxy. k8s.io/kubernetes requires its staging modules at v0.0.0 and
-// maps them to ./staging, which Go ignores in a dependency: each is replaced by its published
-// version (one line per staging replace of k8s.io/kubernetes's own go.mod).
-module github.com/knext-dev/knext/contrib/kubelet
+// The Kubernetes commands knext runs (the kubelet of the kubelet end-to-end suite; every
+// component of `make cluster`), pinned here and built by build.sh from the Go module proxy, each
+// listed as a tool. k8s.io/kubernetes requires its staging modules at v0.0.0 and maps them to
+// ./staging, which Go ignores in a dependency: each is replaced by its published version (one line
+// per staging replace of k8s.io/kubernetes's own go.mod).
+module github.com/knext-dev/knext/contrib/kubernetes
 
 go 1.26.0
 

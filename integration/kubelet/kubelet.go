@@ -43,7 +43,7 @@ import (
 )
 
 // BinaryEnv names the kubelet binary when Options.Binary is empty; `make kubelet` builds it
-// (contrib/kubelet) and the Makefile exports its path.
+// (contrib/kubernetes) and the Makefile exports its path.
 const BinaryEnv = "KNEXT_KUBELET"
 
 // Options configure a Kubelet.
