@@ -136,7 +136,7 @@ BENCH := $(BUILD)/bench
 # knext against upstream containerd, in one run (docs/performance.md): PodSandboxStatus cost, pod
 # lifecycle with CNI and CNI-less, scale. Not part of `make test`. Tune it with BENCH_FLAGS, e.g.
 # BENCH_FLAGS="-repeats 3 -benchmarks lifecycle".
-bench: build upstream images
+bench: build upstream images cluster-images
 	@contrib/ci/check-deps.sh
 	go build -o $(BENCH)/knext-bench ./contrib/bench
 	go build -o $(BENCH)/statusplugin ./contrib/bench/statusplugin

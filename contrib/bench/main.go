@@ -39,6 +39,11 @@
 //   - scale (a, c, g, after the rounds, on instances of their own with -scale-pods pods):
 //     a status sweep of every pod, a daemon restart until every pod answers again, and the bytes
 //     persisted per pod.
+//   - cluster (after the others): a real two-node cluster of each runtime (package cluster), knext
+//     CNI-less with nri-bridge and upstream containerd with CNI, both up at once; in each round a
+//     Deployment of -cluster-pods pods on each in turn, from its creation to every pod Ready with
+//     its IPs in the API and in the Service's EndpointSlices, with the pod network's share of
+//     RunPodSandbox from the nodes' containerd and kubelet histograms.
 //
 // Configurations alternate, in a rotating order, for -repeats rounds; the report gives the
 // min/median/max of the rounds and ratios to a from the same round, checks the targets of issues
@@ -137,6 +142,8 @@ type benchmarks struct {
 	Scale     bool `json:"scale"`     // restart and status sweep with many pods (issue 12)
 	// Paired measures b, g and u against a with both daemons running.
 	Paired bool `json:"paired"`
+	// Cluster rolls a Deployment out on a real cluster of each runtime (cluster.go).
+	Cluster bool `json:"cluster"`
 }
 
 func parseBenchmarks(list string) (benchmarks, error) {
@@ -151,8 +158,10 @@ func parseBenchmarks(list string) (benchmarks, error) {
 			b.Scale = true
 		case "paired":
 			b.Paired = true
+		case "cluster":
+			b.Cluster = true
 		default:
-			return b, fmt.Errorf("-benchmarks: unknown benchmark %q (known: status, lifecycle, paired, scale)", name)
+			return b, fmt.Errorf("-benchmarks: unknown benchmark %q (known: status, lifecycle, paired, scale, cluster)", name)
 		}
 	}
 	return b, nil
@@ -196,6 +205,9 @@ type settings struct {
 	BaseBridge    string     `json:"baselineBridge,omitempty"`
 	CNITrace      string     `json:"cniTrace"` // cnitrace binary
 	CNIBinDir     string     `json:"cniBinDir"`
+	ClusterPods   int        `json:"clusterPods"`
+	// ClusterRuntimes are the clusters of the cluster part: knext, upstream or both.
+	ClusterRuntimes string `json:"clusterRuntimes"`
 }
 
 func main() {
@@ -216,7 +228,9 @@ func main() {
 	flag.StringVar(&s.BaseBridge, "baseline-nri-bridge", "", "another nri-bridge binary, for the opt-in configuration i")
 	flag.StringVar(&s.CNITrace, "cnitrace", "", "CNI plugin timing wrapper (contrib/bench/cnitrace); without it, no CNI breakdown")
 	flag.StringVar(&s.CNIBinDir, "cni-bin-dir", "/usr/lib/cni", "the real CNI plugins (bridge, host-local, loopback, portmap)")
-	flag.StringVar(&s.Benchmarks, "benchmarks", "status,lifecycle,paired,scale", "parts to run, comma-separated: status, lifecycle, paired, scale")
+	flag.StringVar(&s.Benchmarks, "benchmarks", "status,lifecycle,paired,scale,cluster", "parts to run, comma-separated: status, lifecycle, paired, scale, cluster")
+	flag.IntVar(&s.ClusterPods, "cluster-pods", 40, "pods of the cluster part's Deployment")
+	flag.StringVar(&s.ClusterRuntimes, "cluster-runtimes", "knext,upstream", "the cluster part's clusters, comma-separated: knext, upstream")
 	flag.IntVar(&s.LifecyclePods, "lifecycle-pods", 30, "pods started and removed per configuration, round and concurrency")
 	flag.IntVar(&s.CNITracePods, "cni-trace-pods", 10, "pods of the traced CNI pass per round of a and b (0: none)")
 	flag.IntVar(&s.ScalePods, "scale-pods", 200, "pods of each configuration in the scale measurements")
@@ -253,6 +267,9 @@ func run(ctx context.Context, s settings) error {
 	runErr := runRounds(ctx, s, configs, report)
 	if runErr == nil && s.Selected.Scale {
 		runErr = runScale(ctx, s, configs, report)
+	}
+	if runErr == nil && s.Selected.Cluster {
+		runErr = runCluster(ctx, s, report)
 	}
 	report.finish()
 	if runErr == nil {

@@ -17,7 +17,8 @@ type latencyMetric struct {
 	name           string
 	pluginLabel    string // "": the series have no plugin label and are attributed to plugin
 	plugin         string
-	operationLabel string
+	operationLabel string // "": the series have no operation label and are attributed to operation
+	operation      string
 }
 
 // cniTimer names the CNI plugins of a pod's network together: containerd times a pod's CNI
@@ -30,7 +31,13 @@ var latencyMetrics = []latencyMetric{
 	// CRI's CNI setup and teardown of a pod (internal/cri/server/metrics.go); go-metrics appends
 	// _seconds to the timer's name.
 	{name: "containerd_cri_network_plugin_operations_duration_seconds_seconds", plugin: cniTimer, operationLabel: "operation_type"},
+	// The kubelet's CRI calls and its pod start SLI (the cluster part reads a node's kubelet too).
+	{name: "kubelet_runtime_operations_duration_seconds", plugin: kubeletTimer, operationLabel: "operation_type"},
+	{name: "kubelet_pod_start_sli_duration_seconds", plugin: kubeletTimer, operation: "pod_start"},
 }
+
+// kubeletTimer names the kubelet's own histograms.
+const kubeletTimer = "kubelet"
 
 type latencyKey struct{ plugin, operation string }
 
@@ -88,12 +95,16 @@ func parseLatencies(r io.Reader) (latencies, error) {
 				continue
 			}
 			series, labelsAndValue, ok := strings.Cut(rest, "{")
-			if !ok || (series != "count" && series != "sum") {
+			labels, value := "", ""
+			if ok {
+				if labels, value, ok = strings.Cut(labelsAndValue, "} "); !ok {
+					return nil, fmt.Errorf("metrics line %q: no value", line)
+				}
+			} else if series, value, ok = strings.Cut(rest, " "); !ok {
 				continue
 			}
-			labels, value, ok := strings.Cut(labelsAndValue, "} ")
-			if !ok {
-				return nil, fmt.Errorf("metrics line %q: no value", line)
+			if series != "count" && series != "sum" {
+				continue
 			}
 			v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
 			if err != nil {
@@ -118,7 +129,7 @@ func parseLatencies(r io.Reader) (latencies, error) {
 
 // key reads the plugin and operation of a series from its labels (name="value",...).
 func (m latencyMetric) key(labels string) (latencyKey, error) {
-	k := latencyKey{plugin: m.plugin}
+	k := latencyKey{plugin: m.plugin, operation: m.operation}
 	for labels != "" {
 		name, rest, ok := strings.Cut(labels, "=")
 		if !ok || !strings.HasPrefix(rest, `"`) {

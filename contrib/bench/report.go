@@ -274,6 +274,8 @@ type report struct {
 	Persisted             []PersistedBytes   `json:"persistedPerPod"`
 	Paired                []*PairedRun       `json:"paired"`
 	PairedSummaries       []PairedSummary    `json:"pairedSummaries"`
+	Cluster               []*ClusterRun      `json:"cluster"`
+	ClusterSummaries      []ClusterSummary   `json:"clusterSummaries"`
 	Targets               []Target           `json:"targets"`
 }
 
@@ -297,6 +299,7 @@ func (r *report) finish() {
 	r.Binaries = map[string]string{"knext": version(r.Settings.Knext), "upstream": version(r.Settings.Upstream)}
 	r.DependencyDifferences = dependencyDifferences(r.Settings.Upstream, r.Settings.Knext)
 	sel := r.Settings.Selected
+	r.ClusterSummaries = summarizeCluster(r.Cluster)
 	if sel.Status {
 		for _, v := range variants {
 			for _, c := range r.Configurations {
@@ -616,6 +619,9 @@ func (r *report) printTable(out io.Writer) {
 	r.printLifecycle(out)
 	r.printPaired(out)
 	r.printScale(out)
+	if s.Selected.Cluster {
+		r.printCluster(out)
+	}
 	for _, issue := range []int{6, 12} {
 		printed := false
 		for _, t := range r.Targets {

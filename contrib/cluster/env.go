@@ -43,7 +43,7 @@ func EnvConfig(dir string, nodes int, runtime string) (Config, error) {
 	cfg := Config{
 		Dir: dir, Nodes: nodes, Runtime: runtime,
 		Binaries: Binaries{
-			Kubernetes: env[KubernetesDirEnv], Etcd: env[EtcdEnv], Containerd: env[BinDirEnv],
+			Kubernetes: filepath.Clean(env[KubernetesDirEnv]), Etcd: env[EtcdEnv], Containerd: env[BinDirEnv],
 			Ctr: filepath.Join(env[BinDirEnv], "ctr"), Runc: "/usr/local/bin/runc", CNIBinDir: "/usr/lib/cni",
 		},
 		Images: []string{filepath.Join(images, testimages.PauseArchive), filepath.Join(images, testimages.BusyboxArchive),

@@ -28,6 +28,10 @@ import (
 // NRIBridgePluginName is the name nri-bridge registers with NRI: knext's network_plugin.
 const NRIBridgePluginName = "bridge"
 
+// ContainerdMetricsPort is where every node's containerd serves its metrics (/v1/metrics) on the
+// node's IPs.
+const ContainerdMetricsPort = 1338
+
 // The sysctls of a node's network namespace: it routes between its pods, the underlay and the
 // other nodes, and its pod bridge's traffic passes the node's netfilter rules (kube-proxy's
 // Services answered from a pod on the same bridge).
@@ -148,6 +152,7 @@ func (c *Cluster) containerdConfig() ([]byte, error) {
 		"state":   "/run/containerd",
 		"grpc":    map[string]any{"address": "/run/containerd/containerd.sock"},
 		"ttrpc":   map[string]any{"address": "/run/containerd/containerd.sock.ttrpc"},
+		"metrics": map[string]any{"address": fmt.Sprintf(":%d", ContainerdMetricsPort)},
 		"plugins": map[string]any{
 			"io.containerd.cri.v1.runtime": map[string]any{
 				// This kind of VM lacks CAP_SYS_RESOURCE: never lower a container's oom_score_adj below ours.
