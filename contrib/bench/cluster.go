@@ -175,8 +175,9 @@ func (bc *benchCluster) rollout(ctx context.Context, pods, round int) (*ClusterR
 	run.Timers = after.since(before)
 	for _, t := range run.Timers {
 		switch {
-		case t.Plugin == cniTimer && t.Operation == "setup_network",
-			t.Plugin != kubeletTimer && t.Plugin != cniTimer && t.Operation == "RunPodSandbox":
+		// The NRI name of a plugin is <index>-<name>.
+		case t.Plugin == cniTimer && t.Operation == "set_up_pod",
+			strings.HasSuffix(t.Plugin, "-"+cluster.NRIBridgePluginName) && t.Operation == "RunPodSandbox":
 			run.NetworkMs += t.MeanMs
 		case t.Plugin == kubeletTimer && t.Operation == "run_podsandbox":
 			run.RunPodSandboxMs = t.MeanMs
