@@ -319,7 +319,7 @@ func Down(dir string, logf func(string, ...any)) error {
 		errs = append(errs, harness.RemoveCgroupTree(n.CgroupRoot))
 	}
 	errs = append(errs, harness.RemoveCgroupTree("/knc-"+c.ID))
-	errs = append(errs, c.stopControlPlane())
+	errs = append(errs, c.killControlPlane())
 	errs = append(errs, deleteNetns(c.ControlPlane.Netns))
 	errs = append(errs, deleteLink(c.Bridge))
 	unmountErr := harness.UnmountUnder(c.Dir)

@@ -231,12 +231,13 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	return c.waitAPIServer(ctx)
 }
 
-// stopControlPlane stops the control plane's processes, last started first.
-func (c *Cluster) stopControlPlane() error {
+// killControlPlane kills the control plane's processes, last started first: the cluster goes, and
+// nothing of their state is kept.
+func (c *Cluster) killControlPlane() error {
 	var errs []error
 	for _, name := range []string{"kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"} {
 		if p := c.ControlPlane.Processes[name]; p != nil {
-			errs = append(errs, p.stop(30*time.Second))
+			errs = append(errs, p.kill())
 		}
 	}
 	return errors.Join(append(errs, c.save())...)

@@ -59,8 +59,9 @@ func (n *NodeState) ContainerdSocket() string {
 // mountNamespaceScript runs in the node's new mount namespace (every mount in it private, so
 // nothing reaches the host): $1 is the cluster directory, $2 the node's. It binds the node's own
 // directories over /run, /var/lib and /var/log, overlays the node's /etc on the host's, covers
-// the sysctls the kubelet checks with files of the values it wants, and then drops the copy of
-// the cluster directory (other nodes' mounts) from the namespace.
+// the sysctls the kubelet checks with files of the values it wants, drops the copy of the cluster
+// directory (other nodes' mounts) from the namespace, and makes the node's mounts shared among
+// themselves.
 const mountNamespaceScript = `set -eu
 cluster=$1 node=$2
 for file in "$node"/sysctl/*; do
@@ -75,6 +76,9 @@ mount --bind "$node/var-lib" /var/lib
 mount --bind "$node/var-log" /var/log
 mount -t overlay -o "lowerdir=/etc,upperdir=$node/etc/upper,workdir=$node/etc/work" knext-node /etc
 umount -l "$cluster"
+# As on a machine that systemd booted, every mount is shared, within the node: a pod's volume
+# with mountPropagation (nri-bridge's /var/run/netns) receives the mounts made later below it.
+mount --make-rshared /
 `
 
 // nodeFiles are the node's configuration files, by their path inside the node (all in /etc).
