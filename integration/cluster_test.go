@@ -38,6 +38,7 @@ import (
 
 	"github.com/knext-dev/knext/contrib/cluster"
 	"github.com/knext-dev/knext/contrib/images/testimages"
+	"github.com/knext-dev/knext/integration/harness"
 )
 
 const (
@@ -147,25 +148,13 @@ func startCluster(t *testing.T, runtime string) *clusterEnv {
 
 func logClusterTails(t *testing.T, c *cluster.Cluster) {
 	for _, p := range c.ControlPlane.Processes {
-		t.Log(tailFile(p.Log, 15))
+		t.Log(harness.Tail(p.Log, 15, nil))
 	}
 	for _, n := range c.Nodes {
 		for _, p := range n.Processes {
-			t.Log(tailFile(p.Log, 30))
+			t.Log(harness.Tail(p.Log, 30, nil))
 		}
 	}
-}
-
-func tailFile(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Sprintf("(no log %s: %v)", path, err)
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return "last lines of " + path + ":\n" + strings.Join(lines, "\n")
 }
 
 // figureLog collects the suite's figures and appends them to $KNEXT_TEST_FIGURES at the end.
@@ -258,7 +247,7 @@ func (e *clusterEnv) waitPodsReady(t *testing.T, names ...string) map[string]*co
 			if err != nil {
 				return err
 			}
-			if !podReady(pod) || len(pod.Status.PodIPs) == 0 {
+			if !cluster.PodReady(pod) || len(pod.Status.PodIPs) == 0 {
 				return fmt.Errorf("pod %s: phase %s, IPs %v, conditions %v", name, pod.Status.Phase, pod.Status.PodIPs, pod.Status.Conditions)
 			}
 			pods[name] = pod
@@ -266,15 +255,6 @@ func (e *clusterEnv) waitPodsReady(t *testing.T, names ...string) map[string]*co
 		return nil
 	})
 	return pods
-}
-
-func podReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // podSandboxes returns the IDs of every sandbox (any state) the node's containerd has of the pod.
@@ -962,7 +942,7 @@ func (e *clusterEnv) reportRestartedNode(t *testing.T, node string, before map[t
 			if err != nil || pod.UID != uid {
 				continue // gone
 			}
-			if !podReady(pod) {
+			if !cluster.PodReady(pod) {
 				return fmt.Errorf("pod %s/%s is not Ready", r.namespace, r.name)
 			}
 			if r.sandboxes == nil {

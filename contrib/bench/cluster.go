@@ -256,7 +256,7 @@ func (bc *benchCluster) watch() *rolloutWatch {
 	factory := informers.NewSharedInformerFactoryWithOptions(bc.client, 0, informers.WithNamespace(clusterNamespace))
 	onPod := func(obj any) {
 		pod, ok := obj.(*corev1.Pod)
-		if !ok || len(pod.Status.PodIPs) == 0 || !isReady(pod) {
+		if !ok || len(pod.Status.PodIPs) == 0 || !cluster.PodReady(pod) {
 			return
 		}
 		w.mu.Lock()
@@ -296,15 +296,6 @@ func (bc *benchCluster) watch() *rolloutWatch {
 	factory.Start(w.stop)
 	factory.WaitForCacheSync(w.stop)
 	return w
-}
-
-func isReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func (w *rolloutWatch) notify() {

@@ -229,3 +229,13 @@ func deploymentReady(ctx context.Context, client kubernetes.Interface, namespace
 	}
 	return nil
 }
+
+// PodReady tells whether pod's Ready condition is true.
+func PodReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

@@ -24,7 +24,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -321,7 +320,7 @@ func Down(dir string, logf func(string, ...any)) error {
 	errs = append(errs, harness.RemoveCgroupTree("/knc-"+c.ID))
 	errs = append(errs, c.killControlPlane())
 	errs = append(errs, deleteNetns(c.ControlPlane.Netns))
-	errs = append(errs, deleteLink(c.Bridge))
+	errs = append(errs, harness.DeleteLink(c.Bridge))
 	unmountErr := harness.UnmountUnder(c.Dir)
 	errs = append(errs, unmountErr)
 	if err := errors.Join(errs...); err != nil {
@@ -369,42 +368,12 @@ func mustPrefix(s string) netip.Prefix {
 	return netip.MustParsePrefix(s)
 }
 
-// permanent marks an error poll must not retry.
-type permanent struct{ error }
-
-// poll calls check every 200 ms until it returns nil, returns a permanent error, ctx ends or
-// timeout passes; the error is check's last.
+// poll is harness.Poll every 200 ms.
 func poll(ctx context.Context, timeout time.Duration, check func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return nil
-		}
-		var p permanent
-		if errors.As(err, &p) {
-			return p.error
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("still not so after %s: %w", timeout, err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+	return harness.Poll(ctx, timeout, 200*time.Millisecond, check)
 }
 
 // tail returns the last n lines of the log at path, headed by the path.
 func tail(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Sprintf("(no log %s: %v)", path, err)
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return "last lines of " + path + ":\n" + strings.Join(lines, "\n")
+	return harness.Tail(path, n, nil)
 }

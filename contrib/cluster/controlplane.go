@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/knext-dev/knext/integration/harness"
 )
 
 // Control-plane users: the certificates' subjects the API server authenticates them as.
@@ -197,7 +199,7 @@ func (c *Cluster) waitAPIServer(ctx context.Context) error {
 	apiserver := c.ControlPlane.Processes["kube-apiserver"]
 	err := poll(ctx, 2*time.Minute, func() error {
 		if !apiserver.running() {
-			return permanent{fmt.Errorf("kube-apiserver exited:\n%s", tail(apiserver.Log, 30))}
+			return harness.Permanent(fmt.Errorf("kube-apiserver exited:\n%s", tail(apiserver.Log, 30)))
 		}
 		client, err := c.Client()
 		if err != nil {

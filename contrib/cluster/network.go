@@ -18,6 +18,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/knext-dev/knext/integration/harness"
 )
 
 // The addresses of every cluster. Pod and Service networks exist only inside the nodes' network
@@ -51,7 +53,7 @@ func claim(dir string) (id string, subnet netip.Prefix, err error) {
 	if err := os.MkdirAll(registryDir, 0o755); err != nil {
 		return "", netip.Prefix{}, err
 	}
-	unlock, err := lockFile(filepath.Join(registryDir, ".lock"))
+	unlock, err := harness.LockFile(filepath.Join(registryDir, ".lock"))
 	if err != nil {
 		return "", netip.Prefix{}, err
 	}
@@ -352,32 +354,4 @@ func setSysctls(netnsName string, sysctls map[string]string) error {
 		}
 		return nil
 	})
-}
-
-// deleteLink deletes the host interface name if it exists.
-func deleteLink(name string) error {
-	link, err := netlink.LinkByName(name)
-	if err != nil {
-		if _, notFound := err.(netlink.LinkNotFoundError); notFound {
-			return nil
-		}
-		return fmt.Errorf("find %s: %w", name, err)
-	}
-	if err := netlink.LinkDel(link); err != nil {
-		return fmt.Errorf("delete %s: %w", name, err)
-	}
-	return nil
-}
-
-// lockFile takes an exclusive flock on name (created if missing) and returns its release.
-func lockFile(name string) (func(), error) {
-	f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lock %s: %w", name, err)
-	}
-	return func() { f.Close() }, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -181,7 +182,9 @@ func (c *Cluster) containerdConfig() ([]byte, error) {
 
 // kubeletConfig is the node's KubeletConfiguration.
 func (c *Cluster) kubeletConfig(n *NodeState) ([]byte, error) {
-	return yaml.Marshal(map[string]any{
+	// The settings of a kubelet that shares this kind of machine (cgroupfs, no iptables chains,
+	// oomScoreAdj 0, sysctls checked, images never collected) are integration/kubelet's.
+	config := map[string]any{
 		"apiVersion":               "kubelet.config.k8s.io/v1beta1",
 		"kind":                     "KubeletConfiguration",
 		"containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
@@ -197,26 +200,11 @@ func (c *Cluster) kubeletConfig(n *NodeState) ([]byte, error) {
 		"clusterDNS":        dnsServiceIPs,
 		"resolvConf":        "/etc/resolv.conf",
 		"readOnlyPort":      0,
-		"cgroupDriver":      "cgroupfs",
 		"cgroupRoot":        n.CgroupRoot,
-		"failCgroupV1":      false,
-		"failSwapOn":        false,
-		// No iptables chains of the kubelet's; kube-proxy has the node's rules.
-		"makeIPTablesUtilChains": false,
-		// The default -999 needs CAP_SYS_RESOURCE.
-		"oomScoreAdj":           0,
-		"protectKernelDefaults": true,
-		"volumePluginDir":       "/var/lib/kubelet/volume-plugins",
-		"evictionHard": map[string]string{
-			"memory.available":  "1Mi",
-			"nodefs.available":  "1%",
-			"nodefs.inodesFree": "1%",
-			"imagefs.available": "1%",
-		},
-		// Locally imported images cannot be pulled again: never collect them.
-		"imageGCHighThresholdPercent": 100,
-		"imageGCLowThresholdPercent":  99,
-	})
+		"volumePluginDir":   "/var/lib/kubelet/volume-plugins",
+	}
+	maps.Copy(config, kubelet.HostSettings())
+	return yaml.Marshal(config)
 }
 
 // createNode writes the node's directories, certificates, kubeconfigs and configuration, and
@@ -406,7 +394,7 @@ func (c *Cluster) waitContainerd(ctx context.Context, n *NodeState, p *Process) 
 	defer closeConn()
 	return poll(ctx, time.Minute, func() error {
 		if !p.running() {
-			return permanent{fmt.Errorf("%s exited:\n%s", p.Name, tail(p.Log, 30))}
+			return harness.Permanent(fmt.Errorf("%s exited:\n%s", p.Name, tail(p.Log, 30)))
 		}
 		callCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
@@ -456,7 +444,7 @@ func (c *Cluster) waitNodeRegistered(ctx context.Context, n *NodeState) error {
 	kubeletProcess := n.Processes["kubelet"]
 	return poll(ctx, 2*time.Minute, func() error {
 		if !kubeletProcess.running() {
-			return permanent{fmt.Errorf("%s exited:\n%s", kubeletProcess.Name, tail(kubeletProcess.Log, 30))}
+			return harness.Permanent(fmt.Errorf("%s exited:\n%s", kubeletProcess.Name, tail(kubeletProcess.Log, 30)))
 		}
 		_, err := client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 		if err != nil {
@@ -552,7 +540,7 @@ func (c *Cluster) shutdownNode(n *NodeState) error {
 	errs = append(errs, harness.UnmountUnder(n.MountNS))
 	errs = append(errs, harness.UnmountUnder(n.runDir()))
 	errs = append(errs, deleteNetns(n.Netns))
-	errs = append(errs, deleteLink(n.HostVeth))
+	errs = append(errs, harness.DeleteLink(n.HostVeth))
 	errs = append(errs, c.save())
 	return errors.Join(errs...)
 }

@@ -297,7 +297,7 @@ func (h *Harness) StartBinary(ctx context.Context, binary string) error {
 func (h *Harness) waitReady(ctx context.Context, d *daemon) error {
 	return poll(ctx, h.opts.StartTimeout, func() error {
 		if d.exited() {
-			return permanent{fmt.Errorf("exited: %v", d.err)}
+			return Permanent(fmt.Errorf("exited: %v", d.err))
 		}
 		callCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
@@ -494,12 +494,20 @@ func Tail(path string, n int, keep func(line string) bool) string {
 	return "last lines of " + path + ":\n" + strings.Join(lines, "\n")
 }
 
-// permanent marks an error poll must not retry.
+// permanent marks an error Poll must not retry.
 type permanent struct{ error }
 
-// poll calls check every 50 ms until it returns nil, returns a permanent error, ctx ends or
-// timeout passes; the error is check's last.
+// Permanent marks err as an error Poll returns at once instead of retrying.
+func Permanent(err error) error { return permanent{err} }
+
+// poll is Poll every 50 ms.
 func poll(ctx context.Context, timeout time.Duration, check func() error) error {
+	return Poll(ctx, timeout, 50*time.Millisecond, check)
+}
+
+// Poll calls check every interval until it returns nil, returns a Permanent error, ctx ends or
+// timeout passes; the error is check's last.
+func Poll(ctx context.Context, timeout, interval time.Duration, check func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		err := check()
@@ -516,7 +524,7 @@ func poll(ctx context.Context, timeout time.Duration, check func() error) error 
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(interval):
 		}
 	}
 }

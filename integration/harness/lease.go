@@ -51,7 +51,7 @@ func acquireLease(claim func(id string, subnet *net.IPNet) (resources, error), l
 	if err := os.MkdirAll(leaseDir, 0o755); err != nil {
 		return nil, resources{}, err
 	}
-	unlock, err := lockFile(leaseLock)
+	unlock, err := LockFile(leaseLock)
 	if err != nil {
 		return nil, resources{}, err
 	}
@@ -100,7 +100,7 @@ func acquireLease(claim func(id string, subnet *net.IPNet) (resources, error), l
 // release deletes the lease; call it only after its resources are gone. It takes the directory
 // lock so that a concurrent sweep never sees a lease vanish between listing and locking it.
 func (l *lease) release() error {
-	unlock, err := lockFile(leaseLock)
+	unlock, err := LockFile(leaseLock)
 	if err != nil {
 		return errors.Join(err, l.file.Close())
 	}
@@ -147,8 +147,8 @@ func sweepLeases(logf func(string, ...any)) ([]*net.IPNet, error) {
 	return inUse, nil
 }
 
-// lockFile takes an exclusive flock on name (created if missing) and returns its release.
-func lockFile(name string) (func(), error) {
+// LockFile takes an exclusive flock on name (created if missing) and returns its release.
+func LockFile(name string) (func(), error) {
 	f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, err

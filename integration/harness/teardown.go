@@ -33,7 +33,7 @@ func teardown(res resources) error {
 	errs = append(errs, KillCgroupTree(res.CgroupParent))
 	unmountErr := UnmountUnder(res.Root)
 	errs = append(errs, unmountErr)
-	errs = append(errs, deleteLink(res.Bridge))
+	errs = append(errs, DeleteLink(res.Bridge))
 	errs = append(errs, deleteNRIBridgeTable(res.Bridge))
 	errs = append(errs, RemoveCgroupTree(res.CgroupParent))
 	errs = append(errs, removeCNICache(res.Network))
@@ -268,7 +268,8 @@ func UnmountUnder(root string) error {
 	return fmt.Errorf("mounts under %s keep reappearing", root)
 }
 
-func deleteLink(name string) error {
+// DeleteLink deletes the host's interface name, if there is one.
+func DeleteLink(name string) error {
 	if name == "" {
 		return nil
 	}
@@ -277,10 +278,10 @@ func deleteLink(name string) error {
 		if _, notFound := err.(netlink.LinkNotFoundError); notFound {
 			return nil
 		}
-		return fmt.Errorf("find bridge %s: %w", name, err)
+		return fmt.Errorf("find interface %s: %w", name, err)
 	}
 	if err := netlink.LinkDel(link); err != nil {
-		return fmt.Errorf("delete bridge %s: %w", name, err)
+		return fmt.Errorf("delete interface %s: %w", name, err)
 	}
 	return nil
 }

@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -150,7 +151,7 @@ func New(ctx context.Context, h *harness.Harness, opts Options) (*Kubelet, error
 // config returns the KubeletConfiguration (see the package comment for why each setting).
 func (k *Kubelet) config(serverPort int) ([]byte, error) {
 	endpoint := "unix://" + k.h.Address
-	return yaml.Marshal(map[string]any{
+	return yaml.Marshal(withHostSettings(map[string]any{
 		"apiVersion":               "kubelet.config.k8s.io/v1beta1",
 		"kind":                     "KubeletConfiguration",
 		"containerRuntimeEndpoint": endpoint,
@@ -168,9 +169,22 @@ func (k *Kubelet) config(serverPort int) ([]byte, error) {
 			"anonymous": map[string]any{"enabled": true},
 			"webhook":   map[string]any{"enabled": false},
 		},
-		"authorization":          map[string]any{"mode": "AlwaysAllow"},
+		"authorization": map[string]any{"mode": "AlwaysAllow"},
+		"cgroupRoot":    k.CgroupRoot,
+	}))
+}
+
+// withHostSettings returns config with HostSettings added.
+func withHostSettings(config map[string]any) map[string]any {
+	maps.Copy(config, HostSettings())
+	return config
+}
+
+// HostSettings are the KubeletConfiguration settings of a kubelet that shares this kind of
+// machine (see the package comment for why each).
+func HostSettings() map[string]any {
+	return map[string]any{
 		"cgroupDriver":           "cgroupfs",
-		"cgroupRoot":             k.CgroupRoot,
 		"failCgroupV1":           false,
 		"failSwapOn":             false,
 		"makeIPTablesUtilChains": false,
@@ -185,7 +199,7 @@ func (k *Kubelet) config(serverPort int) ([]byte, error) {
 		// Locally imported images cannot be pulled again: never collect them.
 		"imageGCHighThresholdPercent": 100,
 		"imageGCLowThresholdPercent":  99,
-	})
+	}
 }
 
 // mountNamespaceScript runs in the kubelet's new mount namespace (unshare --propagation
