@@ -116,8 +116,16 @@ func startCNILessNode(t *testing.T, subnets func(h *harness.Harness) []string) *
 // startCNILessNodeFollowing is startCNILessNode with network_plugin = networkPlugin.
 func startCNILessNodeFollowing(t *testing.T, networkPlugin string, subnets func(h *harness.Harness) []string) *cniLessNode {
 	t.Helper()
+	return startCNILessNodeWith(t, harness.Options{ExtraConfig: cniLessConfig(networkPlugin)}, subnets)
+}
+
+// startCNILessNodeWith is startCNILessNode with opts for the harness (ExtraConfig holds the
+// CNI-less configuration).
+func startCNILessNodeWith(t *testing.T, opts harness.Options, subnets func(h *harness.Harness) []string) *cniLessNode {
+	t.Helper()
 	binDir, invocations := recordingCNIBinDir(t)
-	h, ctx := startHarness(t, harness.Options{ExtraConfig: cniLessConfig(networkPlugin), SkipNetworkReadyWait: true, CNIBinDir: binDir})
+	opts.SkipNetworkReadyWait, opts.CNIBinDir = true, binDir
+	h, ctx := startHarness(t, opts)
 	args := append([]string{"-nri-socket", h.NRISocket, "-bridge", h.Bridge,
 		"-state-dir", filepath.Join(h.Root, "nri-bridge-state")}, subnets(h)...)
 	n := &cniLessNode{h: h, ctx: ctx, invocations: invocations, bridgeArgs: args}

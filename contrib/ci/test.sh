@@ -40,7 +40,11 @@ run_suite verify-series contrib/build/verify-series.sh -json
 # A few seconds of coverage-guided fuzzing of the merge and validation of plugin answers.
 run_suite nri-fuzz go test -json -run '^$' -fuzz '^FuzzMergePodSandboxStatus$' -fuzztime 5s \
 	github.com/containerd/nri/pkg/adaptation
-run_suite knext-integration go test -race -count=1 -p 2 -json -timeout 20m -skip '^TestKubelet|^TestCluster$' ./integration/...
+# The integration tests on the real stack; the figures of the churn test (knext and upstream
+# containerd) follow its row.
+figures=$logs/integration-figures.txt
+KNEXT_TEST_FIGURES=$figures run_suite knext-integration go test -race -count=1 -p 2 -json -timeout 20m -skip '^TestKubelet|^TestCluster$' ./integration/...
+[ -s "$figures" ] && sed 's/^/    /' "$figures"
 # A real kubelet on knext (integration/kubelet_test.go); its figures follow its row.
 figures=$logs/kubelet-figures.txt
 KNEXT_TEST_FIGURES=$figures run_suite kubelet-e2e go test -race -count=1 -json -timeout 30m -run '^TestKubelet' ./integration

@@ -75,3 +75,16 @@ func (d *daemon) stop(grace time.Duration) error {
 	<-d.done
 	return fmt.Errorf("%s (pid %d) ignored SIGTERM for %s and was killed", d.binary, d.pid, grace)
 }
+
+// kill sends SIGKILL, as a crash would, and waits for the exit; it does nothing once the process
+// has exited.
+func (d *daemon) kill() error {
+	if d.exited() {
+		return nil
+	}
+	if err := syscall.Kill(d.pid, syscall.SIGKILL); err != nil && err != syscall.ESRCH {
+		return fmt.Errorf("SIGKILL %s (pid %d): %w", d.binary, d.pid, err)
+	}
+	<-d.done
+	return nil
+}

@@ -327,6 +327,18 @@ func (h *Harness) Stop() error {
 	return err
 }
 
+// Kill SIGKILLs the daemon, as a crash would, and waits for its exit. Pods and shims keep running.
+func (h *Harness) Kill() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.daemon == nil {
+		return errors.New("containerd is not running")
+	}
+	err := h.daemon.kill()
+	h.daemon = nil
+	return err
+}
+
 // Restart stops the daemon and starts Options.Containerd again on the same root.
 func (h *Harness) Restart(ctx context.Context) error {
 	return h.RestartBinary(ctx, h.opts.Containerd)

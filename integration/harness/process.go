@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 )
 
@@ -61,12 +60,5 @@ func (p *Process) PID() int {
 // Kill sends SIGKILL, as a crash would, and waits for the exit. Killing a process that has
 // already exited does nothing.
 func (p *Process) Kill() error {
-	if p.d.exited() {
-		return nil
-	}
-	if err := syscall.Kill(p.d.pid, syscall.SIGKILL); err != nil && err != syscall.ESRCH {
-		return fmt.Errorf("SIGKILL %s (pid %d): %w", p.d.binary, p.d.pid, err)
-	}
-	<-p.d.done
-	return nil
+	return p.d.kill()
 }

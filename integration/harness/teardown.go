@@ -127,6 +127,19 @@ func hasArgPair(argv []string, flag, value string) bool {
 	return false
 }
 
+// argValue returns the value of flag in argv ("-flag value" or "-flag=value"), "" without it.
+func argValue(argv []string, flag string) string {
+	for i, arg := range argv {
+		if value, ok := strings.CutPrefix(arg, flag+"="); ok {
+			return value
+		}
+		if arg == flag && i+1 < len(argv) {
+			return argv[i+1]
+		}
+	}
+	return ""
+}
+
 // killAndWait SIGKILLs pids and waits up to 10 s until none is alive (zombies of other parents
 // count as gone: they hold no resources).
 func killAndWait(pids []int, what string) error {
@@ -195,14 +208,32 @@ func KillCgroupTree(parent string) error {
 	if err != nil {
 		return err
 	}
-	seen := map[int]bool{}
-	var pids []int
 	for _, dir := range dirs {
 		for _, cg := range cgroupTree(dir) {
 			// A frozen (paused) container cannot die; thawing is a no-op elsewhere.
 			if state := filepath.Join(cg, "freezer.state"); fileExists(state) {
 				_ = os.WriteFile(state, []byte("THAWED"), 0)
 			}
+		}
+	}
+	pids, err := cgroupProcesses(parent)
+	if err != nil {
+		return err
+	}
+	return killAndWait(pids, "processes in cgroup "+parent)
+}
+
+// cgroupProcesses lists the processes in parent's cgroups and their descendants, in every
+// hierarchy, each once.
+func cgroupProcesses(parent string) ([]int, error) {
+	dirs, err := cgroupDirs(parent)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[int]bool{}
+	var pids []int
+	for _, dir := range dirs {
+		for _, cg := range cgroupTree(dir) {
 			data, err := os.ReadFile(filepath.Join(cg, "cgroup.procs"))
 			if err != nil {
 				continue
@@ -215,7 +246,29 @@ func KillCgroupTree(parent string) error {
 			}
 		}
 	}
-	return killAndWait(pids, "processes in cgroup "+parent)
+	return pids, nil
+}
+
+// PodProcesses returns the PIDs of the processes in the cgroup parent of the instance's pods
+// (pause and container processes, dead ones that are not yet reaped included).
+func (h *Harness) PodProcesses() ([]int, error) {
+	return cgroupProcesses(h.CgroupParent)
+}
+
+// Shims returns the ID (-id) each running shim of the instance was started for: a pod
+// sandbox's ID for the shim of its pod.
+func (h *Harness) Shims() ([]string, error) {
+	procs, err := listProcesses()
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, p := range procs {
+		if hasArgPair(p.argv, "-address", h.Address) && processAlive(p.pid) {
+			ids = append(ids, argValue(p.argv, "-id"))
+		}
+	}
+	return ids, nil
 }
 
 // RemoveCgroupTree removes parent's cgroups in every hierarchy, children first.

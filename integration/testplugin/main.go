@@ -25,6 +25,9 @@
 //
 // Values are not validated: invalid IPs reach the runtime as written.
 //
+// RunPodSandbox of the pod named <name> waits while the file <dir>/hold-run.<name> exists, whatever
+// the request's deadline: the test lets it go by removing the file.
+//
 // Every request is recorded, when it arrives, as a line "<pod id> <pod name>" appended to
 // <dir>/calls, so the test can count them across restarts of the plugin. The pod lifecycle
 // events RunPodSandbox, StopPodSandbox and RemovePodSandbox are recorded as lines
@@ -64,10 +67,11 @@ const (
 	exit   = "exit"
 )
 
-// The request log and the pod event log in the plugin's directory.
+// The request log, the pod event log and the prefix of the hold files in the plugin's directory.
 const (
-	callsFile  = "calls"
-	eventsFile = "events"
+	callsFile   = "calls"
+	eventsFile  = "events"
+	holdRunFile = "hold-run."
 )
 
 type plugin struct {
@@ -173,9 +177,19 @@ func floodAnswer(n int) *api.PodSandboxStatusResponse {
 	return &api.PodSandboxStatusResponse{Ip: ips[0], AdditionalIps: ips[1:]}
 }
 
-// RunPodSandbox implements stub.RunPodInterface: it records the event.
+// RunPodSandbox implements stub.RunPodInterface: it records the event, then waits while the pod's
+// hold file exists.
 func (p *plugin) RunPodSandbox(_ context.Context, pod *api.PodSandbox) error {
-	return p.record(p.events, "RunPodSandbox", pod.GetId(), pod.GetName())
+	if err := p.record(p.events, "RunPodSandbox", pod.GetId(), pod.GetName()); err != nil {
+		return err
+	}
+	hold := filepath.Join(p.dir, holdRunFile+pod.GetName())
+	for {
+		if _, err := os.Stat(hold); errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // StopPodSandbox implements stub.StopPodInterface: it records the event.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # containerd-unit.sh: containerd's unit tests of the code knext patches (the CRI server, the NRI
-# adaptation and the CRI NRI API) on the patched tree, with the race detector. Prints the
-# `go test -json` event stream.
+# adaptation and the CRI NRI API, the sandbox store, network namespaces, the shim runtime and the
+# runc shim) on the patched tree, with the race detector. Prints the `go test -json` event stream.
 #
 # Packages whose tests call testutil.RequiresRoot skip those tests unless given -test.root, a
 # flag only they define (upstream runs them as `sudo make root-test`). This suite runs them as
@@ -11,7 +11,8 @@ source "$(dirname "$0")/lib.sh"
 require_root containerd-unit.sh "tests that mount and create namespaces would be skipped otherwise"
 
 cd "$(tree_dir containerd)"
-packages=(./internal/cri/server/... ./internal/nri/... ./internal/cri/nri/...)
+packages=(./internal/cri/server/... ./internal/nri/... ./internal/cri/nri/... ./core/metadata/... ./pkg/netns/...
+	./core/runtime/v2/... ./cmd/containerd-shim-runc-v2/...)
 testutil=github.com/containerd/containerd/v2/pkg/testutil
 root_packages=() plain_packages=()
 while read -r pkg imports; do
