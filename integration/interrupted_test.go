@@ -81,6 +81,9 @@ type churnNode struct {
 // number until RunPodSandbox succeeds; faults runs meanwhile, given a wait for that many pods
 // to have started.
 func (n *churnNode) startPods(ctx context.Context, faults func(waitStarted func(int32) error) error) ([]churnPod, int, int, error) {
+	// A failed fault (containerd does not come back) ends the run.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	pods := make([]churnPod, churnPods)
 	var started, calls, failed atomic.Int32
 	next := make(chan int)
@@ -114,7 +117,7 @@ func (n *churnNode) startPods(ctx context.Context, faults func(waitStarted func(
 	}
 	faultErr := make(chan error, 1)
 	go func() {
-		faultErr <- faults(func(want int32) error {
+		err := faults(func(want int32) error {
 			for started.Load() < want {
 				if ctx.Err() != nil {
 					return fmt.Errorf("%d pods started, waiting for %d: %w", started.Load(), want, ctx.Err())
@@ -123,6 +126,10 @@ func (n *churnNode) startPods(ctx context.Context, faults func(waitStarted func(
 			}
 			return nil
 		})
+		if err != nil {
+			cancel()
+		}
+		faultErr <- err
 	}()
 	for i := range churnPods {
 		next <- i
@@ -425,24 +432,39 @@ func (p *testPlugin) waitRunPodSandbox(t *testing.T, name string) string {
 	}
 }
 
-// stopContainerd stops containerd with signal, SIGKILL or SIGTERM.
-func stopContainerd(t *testing.T, h *harness.Harness, signal string) {
+// heldPod is the pod whose RunPodSandbox the cut-short tests hold and cut short.
+const heldPod = "held"
+
+// cutShort cuts RunPodSandbox of the pod heldPod short: with the file hold in place, it starts
+// RunPodSandbox, waits until held returns the pod's sandbox ID (the hold was reached), stops
+// containerd with signal (SIGKILL or SIGTERM), removes hold and starts containerd again. It checks
+// that the sandbox, if listed, is not READY and reports no IP, runs afterRestart, and removes the
+// sandbox checking that nothing of it is left; then the pod's name is used again, and nothing is
+// left of either pod. After a SIGKILL the sandbox must be listed; a SIGTERM may let containerd
+// finish the rollback of the failed RunPodSandbox.
+func (n *cniLessNode) cutShort(t *testing.T, signal, hold string, held func() string, afterRestart func(id string)) {
 	t.Helper()
-	stop := h.Kill
+	if err := os.WriteFile(hold, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	config := n.h.PodConfig(heldPod)
+	run := make(chan error, 1)
+	go func() {
+		_, err := n.h.Runtime.RunPodSandbox(n.ctx, &criruntime.RunPodSandboxRequest{Config: config})
+		run <- err
+	}()
+	id := held()
+
+	stop := n.h.Kill
 	if signal == "SIGTERM" {
-		stop = h.Stop
+		stop = n.h.Stop
 	}
 	if err := stop(); err != nil {
 		t.Fatalf("%s containerd: %v", signal, err)
 	}
-}
-
-// restartAfterCutShort starts containerd again after stopContainerd cut RunPodSandbox of the
-// sandbox id short, and checks that the sandbox, if it is listed, is not READY and reports no IP.
-// It returns whether the sandbox is listed (a SIGTERM may let containerd finish the rollback of
-// the failed RunPodSandbox).
-func (n *cniLessNode) restartAfterCutShort(t *testing.T, id string, run <-chan error) bool {
-	t.Helper()
+	if err := os.Remove(hold); err != nil {
+		t.Fatal(err)
+	}
 	if err := <-run; err == nil {
 		t.Fatalf("RunPodSandbox of sandbox %s succeeded although containerd stopped during it", id)
 	} else {
@@ -468,8 +490,13 @@ func (n *cniLessNode) restartAfterCutShort(t *testing.T, id string, run <-chan e
 		if status.State != criruntime.PodSandboxState_SANDBOX_NOTREADY || len(statusIPs(status)) != 0 {
 			t.Errorf("sandbox %s is %s with IPs %v after the restart, want NOTREADY without IP", id, status.State, statusIPs(status))
 		}
+	} else if signal == "SIGKILL" {
+		t.Errorf("sandbox %s is not listed after a SIGKILL cut its RunPodSandbox short", id)
 	}
-	return listed
+	t.Logf("after %s: sandbox %s listed %v", signal, id, listed)
+	afterRestart(id)
+	n.removeCutShort(t, id, listed)
+	n.reuseNameAndCheckNothingLeft(t, config)
 }
 
 // wantShimGone checks that the shim of sandbox id does not run.
@@ -553,34 +580,17 @@ func TestRunPodSandboxCutShortInNRIHook(t *testing.T) {
 				func(h *harness.Harness) []string { return []string{"-ipv4-subnet", ipv4Subnet(h)} })
 			n.startBridge(t)
 			holder := startTestPlugin(t, n.ctx, n.h, "20", "holder")
-			hold := filepath.Join(holder.dir, "hold-run.held")
-			if err := os.WriteFile(hold, nil, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			config := n.h.PodConfig("held")
-			run := make(chan error, 1)
-			go func() {
-				_, err := n.h.Runtime.RunPodSandbox(n.ctx, &criruntime.RunPodSandboxRequest{Config: config})
-				run <- err
-			}()
-			id := holder.waitRunPodSandbox(t, "held")
-			if ports := bridgePorts(t, n.h); ports != 1 {
-				t.Fatalf("nri-bridge wired %d pods before the holding plugin got RunPodSandbox, want 1", ports)
-			}
-
-			stopContainerd(t, n.h, signal)
-			if err := os.Remove(hold); err != nil {
-				t.Fatal(err)
-			}
-			listed := n.restartAfterCutShort(t, id, run)
-			if signal == "SIGKILL" && !listed {
-				t.Errorf("sandbox %s is not listed after a SIGKILL cut its RunPodSandbox short", id)
-			}
-			// Its task (the pause process) is deleted at once, and the shim with it.
-			wantShimGone(t, n.h, id, "after the restart")
-			t.Logf("after %s: sandbox %s listed %v; NRI plugin %s got %v", signal, id, listed, holder.nriName(), holder.podEvents(t, id))
-			n.removeCutShort(t, id, listed)
-			n.reuseNameAndCheckNothingLeft(t, config)
+			n.cutShort(t, signal, filepath.Join(holder.dir, "hold-run."+heldPod), func() string {
+				id := holder.waitRunPodSandbox(t, heldPod)
+				if ports := bridgePorts(t, n.h); ports != 1 {
+					t.Fatalf("nri-bridge wired %d pods before the holding plugin got RunPodSandbox, want 1", ports)
+				}
+				return id
+			}, func(id string) {
+				// Its task (the pause process) is deleted at once, and the shim with it.
+				wantShimGone(t, n.h, id, "after the restart")
+				t.Logf("NRI plugin %s got %v for sandbox %s", holder.nriName(), holder.podEvents(t, id), id)
+			})
 		})
 	}
 }
@@ -650,31 +660,13 @@ func TestRunPodSandboxCutShortInShimStart(t *testing.T) {
 			n := startCNILessNodeWith(t, harness.Options{ExtraConfig: cniDisabled, Containerd: filepath.Join(heldShimStart(t, hold), "containerd")},
 				func(h *harness.Harness) []string { return []string{"-ipv4-subnet", ipv4Subnet(h)} })
 			n.startBridge(t)
-			if err := os.WriteFile(hold, nil, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			config := n.h.PodConfig("held")
-			run := make(chan error, 1)
-			go func() {
-				_, err := n.h.Runtime.RunPodSandbox(n.ctx, &criruntime.RunPodSandboxRequest{Config: config})
-				run <- err
-			}()
-			id := waitHeldShimStart(t, hold)
-			if shims, err := n.h.Shims(); err != nil || !slices.Contains(shims, id) {
-				t.Fatalf("the shim server of sandbox %s does not run while its start command waits: shims %v (%v)", id, shims, err)
-			}
-
-			stopContainerd(t, n.h, signal)
-			if err := os.Remove(hold); err != nil {
-				t.Fatal(err)
-			}
-			listed := n.restartAfterCutShort(t, id, run)
-			if signal == "SIGKILL" && !listed {
-				t.Errorf("sandbox %s is not listed after a SIGKILL cut its RunPodSandbox short", id)
-			}
-			t.Logf("after %s: sandbox %s listed %v", signal, id, listed)
-			n.removeCutShort(t, id, listed)
-			n.reuseNameAndCheckNothingLeft(t, config)
+			n.cutShort(t, signal, hold, func() string {
+				id := waitHeldShimStart(t, hold)
+				if shims, err := n.h.Shims(); err != nil || !slices.Contains(shims, id) {
+					t.Fatalf("the shim server of sandbox %s does not run while its start command waits: shims %v (%v)", id, shims, err)
+				}
+				return id
+			}, func(string) {})
 		})
 	}
 }

@@ -91,6 +91,22 @@ func TestHasArgPair(t *testing.T) {
 	}
 }
 
+func TestArgValue(t *testing.T) {
+	for _, tc := range []struct {
+		argv []string
+		want string
+	}{
+		{[]string{"shim", "-namespace", "k8s.io", "-id", "3f1c", "-address", "/r/c.sock"}, "3f1c"},
+		{[]string{"shim", "-id=3f1c"}, "3f1c"},
+		{[]string{"shim", "-idx", "3f1c"}, ""},
+		{[]string{"shim", "-id"}, ""},
+	} {
+		if got := argValue(tc.argv, "-id"); got != tc.want {
+			t.Errorf("argValue(%q, -id) = %q, want %q", tc.argv, got, tc.want)
+		}
+	}
+}
+
 func TestCNIConfigDualStack(t *testing.T) {
 	_, subnet, _ := net.ParseCIDR("10.250.7.0/24")
 	h := &Harness{Network: "n", Bridge: "b", IPAMDataDir: "/r/ipam", Subnet: subnet, Subnet6: ula64(subnet)}
