@@ -615,7 +615,7 @@ case " $* " in *" start "*) ;; *) exec "$real" "$@" ;; esac
 out=$(mktemp)
 "$real" "$@" >"$out"
 status=$?
-echo "$@" >"$hold.reached"
+echo "$@" >"$hold.reaching" && mv "$hold.reaching" "$hold.reached"
 while [ -e "$hold" ]; do sleep 0.02; done
 cat "$out"
 rm -f "$out"
