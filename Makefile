@@ -49,6 +49,9 @@ COREDNS := $(shell contrib/build/gotools.sh -path $(COREDNS_TOOL))
 CLUSTER_DIR := $(BUILD)/cluster
 NODES ?= 2
 RUNTIME ?= knext
+# kube-proxy's mode on the nodes: nftables or iptables.
+PROXY_MODE ?= nftables
+export KNEXT_CLUSTER_PROXY_MODE := $(PROXY_MODE)
 export KNEXT_NRI_BRIDGE_MANIFEST := $(CURDIR)/contrib/nri-bridge/daemonset.yaml
 # `make release`'s tarball (contrib/release), which a test unpacks and runs the demo from.
 RELEASE_DIR := $(BUILD)/release

@@ -38,6 +38,12 @@ const (
 	RuntimeUpstream = "upstream"
 )
 
+// kube-proxy's modes: nri-bridge's rules live beside either (docs/cni-less.md, "Services").
+const (
+	ProxyModeNFTables = "nftables"
+	ProxyModeIPTables = "iptables"
+)
+
 // Binaries are the programs of a cluster.
 type Binaries struct {
 	// Kubernetes is the directory of kube-apiserver, kube-controller-manager, kube-scheduler,
@@ -56,10 +62,13 @@ type Binaries struct {
 type Config struct {
 	// Dir holds everything of the cluster; it must not exist or be empty. Keep it short: unix
 	// socket paths under it are limited to 108 bytes.
-	Dir      string
-	Nodes    int
-	Runtime  string
-	Binaries Binaries
+	Dir     string
+	Nodes   int
+	Runtime string
+	// ProxyMode is kube-proxy's mode on every node: ProxyModeNFTables (default) or
+	// ProxyModeIPTables.
+	ProxyMode string
+	Binaries  Binaries
 	// Images are image archives imported into every node's containerd (the sandbox image
 	// testimages.PauseImage, CoreDNSImage's, nri-bridge's, the test workloads').
 	Images []string
@@ -78,9 +87,10 @@ type Config struct {
 
 // State is what cluster.json records.
 type State struct {
-	ID      string `json:"id"`
-	Dir     string `json:"dir"`
-	Runtime string `json:"runtime"`
+	ID        string `json:"id"`
+	Dir       string `json:"dir"`
+	Runtime   string `json:"runtime"`
+	ProxyMode string `json:"proxyMode"`
 	// Bridge is the underlay bridge on the host; HostIPs its addresses there.
 	Bridge         string            `json:"bridge"`
 	Underlay       []string          `json:"underlay"` // IPv4 /24, IPv6 /64
@@ -202,7 +212,7 @@ func Up(ctx context.Context, cfg Config) (*Cluster, error) {
 	subnet6 := underlay6(subnet)
 	prefix := "knc" + id
 	c := &Cluster{logf: cfg.Logf, State: State{
-		ID: id, Dir: dir, Runtime: cfg.Runtime, Bridge: prefix,
+		ID: id, Dir: dir, Runtime: cfg.Runtime, ProxyMode: cfg.ProxyMode, Bridge: prefix,
 		Underlay: []string{subnet.String(), subnet6.String()},
 		HostIPs:  []string{hostAddr(subnet, 1).String(), hostAddr(subnet6, 1).String()},
 		ControlPlane: ControlPlaneState{
@@ -240,6 +250,9 @@ func (cfg *Config) check() error {
 	}
 	if cfg.Runtime != RuntimeKnext && cfg.Runtime != RuntimeUpstream {
 		return fmt.Errorf("runtime %q is neither %q nor %q", cfg.Runtime, RuntimeKnext, RuntimeUpstream)
+	}
+	if cfg.ProxyMode != ProxyModeNFTables && cfg.ProxyMode != ProxyModeIPTables {
+		return fmt.Errorf("kube-proxy mode %q is neither %q nor %q", cfg.ProxyMode, ProxyModeNFTables, ProxyModeIPTables)
 	}
 	b := cfg.Binaries
 	required := []string{b.Etcd, b.Ctr, b.Runc,

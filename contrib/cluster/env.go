@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -18,6 +19,8 @@ const (
 	UpstreamBinDirEnv    = "KNEXT_UPSTREAM_BIN_DIR"    // upstream containerd and shim (make upstream)
 	ImagesDirEnv         = "KNEXT_IMAGES_DIR"          // the image archives (make images, make cluster-images)
 	NRIBridgeManifestEnv = "KNEXT_NRI_BRIDGE_MANIFEST" // contrib/nri-bridge/daemonset.yaml
+	// ProxyModeEnv is kube-proxy's mode (ProxyModeNFTables when unset).
+	ProxyModeEnv = "KNEXT_CLUSTER_PROXY_MODE"
 )
 
 // The image archives of a cluster, in $KNEXT_IMAGES_DIR.
@@ -41,7 +44,7 @@ func EnvConfig(dir string, nodes int, runtime string) (Config, error) {
 	}
 	images := env[ImagesDirEnv]
 	cfg := Config{
-		Dir: dir, Nodes: nodes, Runtime: runtime,
+		Dir: dir, Nodes: nodes, Runtime: runtime, ProxyMode: cmp.Or(os.Getenv(ProxyModeEnv), ProxyModeNFTables),
 		Binaries: Binaries{
 			Kubernetes: filepath.Clean(env[KubernetesDirEnv]), Etcd: env[EtcdEnv], Containerd: env[BinDirEnv],
 			Ctr: filepath.Join(env[BinDirEnv], "ctr"), Runc: "/usr/local/bin/runc", CNIBinDir: "/usr/lib/cni",

@@ -95,7 +95,7 @@ func (c *Cluster) nodeFiles(n *NodeState) (map[string][]byte, error) {
 	proxyConfig, err := yaml.Marshal(map[string]any{
 		"apiVersion":         "kubeproxy.config.k8s.io/v1alpha1",
 		"kind":               "KubeProxyConfiguration",
-		"mode":               "nftables",
+		"mode":               c.ProxyMode,
 		"hostnameOverride":   n.Name,
 		"clusterCIDR":        strings.Join(podCIDRs, ","),
 		"clientConnection":   map[string]any{"kubeconfig": "/etc/kubernetes/kube-proxy.kubeconfig"},
