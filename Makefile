@@ -192,7 +192,7 @@ verify-series:
 upstream-branches:
 	@contrib/build/upstream-branches.sh
 
-# Upstream's own CI checks on those branches, counted (not part of `make test`: see README).
+# Upstream's own CI checks on those branches, counted (not part of `make test`: see docs/developing.md).
 upstream-ci: upstream-branches
 	@contrib/build/upstream-ci.sh
 
