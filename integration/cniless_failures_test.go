@@ -17,7 +17,7 @@ import (
 )
 
 // noIPError is how a CNI-less RunPodSandbox fails when no NRI plugin gave the pod an IP
-// (DESIGN.md C9); it names the sandbox, which the client is never told otherwise.
+// (C9); it names the sandbox, which the client is never told otherwise.
 var noIPError = regexp.MustCompile(`pod sandbox "([0-9a-f]{64})" has no IP: CNI is disabled \(disable_cni\)`)
 
 // wantNoIPFailure checks that err is that failure and says each of parts, and that the failed

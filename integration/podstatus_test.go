@@ -22,7 +22,7 @@ import (
 )
 
 // podNetworkInfoKey is the verbose PodSandboxStatus info entry that shows where a pod's IPs come
-// from (DESIGN.md §3, C6).
+// from (C6).
 const podNetworkInfoKey = "podNetwork"
 
 // podNetworkInfo is the podNetworkInfoKey entry.
@@ -488,7 +488,7 @@ func TestPodStatusLastKnownSurvivesRestart(t *testing.T) {
 }
 
 // errBackingOff is how NRI reports a plugin it did not ask because its backoff after a status
-// query that timed out has not expired (DESIGN.md S4).
+// query that timed out has not expired (S4).
 const errBackingOff = "not asked: backing off after a status query timed out"
 
 // timedVerboseStatus returns pod id's verbose CRI status, its podNetwork info, and how long the

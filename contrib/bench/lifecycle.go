@@ -18,7 +18,7 @@ import (
 	"github.com/knext-dev/knext/integration/harness"
 )
 
-// lifecycleWidths are the concurrencies of the pod lifecycle measurement (issue 12).
+// lifecycleWidths are the concurrencies of the pod lifecycle measurement.
 var lifecycleWidths = []int{1, 8}
 
 // measureLifecycle starts -lifecycle-pods new pods, width at a time, timing each RunPodSandbox,

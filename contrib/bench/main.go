@@ -1,7 +1,7 @@
 // Command bench measures what knext costs against upstream containerd, in one run on one machine
-// (`make bench`; docs/performance.md): PodSandboxStatus (issue 6: DESIGN.md §2 S3/S4/S8, §3
-// C2/C7), pod starts and removals with CNI and CNI-less, the status query beyond the raw round
-// trip to its plugin, and restarts and status sweeps with many pods (issue 12).
+// (`make bench`; docs/performance.md): PodSandboxStatus (docs/design.md S3, S4, S8, C2,
+// C7), pod starts and removals with CNI and CNI-less, the status query beyond the raw round
+// trip to its plugin, and restarts and status sweeps with many pods.
 //
 // Every configuration has its own harness instance (integration/harness) with N running pods,
 // set up once; the daemon of a configuration runs only while it is measured, with the plugins it
@@ -79,9 +79,9 @@ type configuration struct {
 	Description string         `json:"description"`
 	Upstream    bool           `json:"upstream"` // runs the pristine upstream build
 	Plugins     []statusPlugin `json:"plugins"`
-	Status      bool           `json:"status"`    // measures PodSandboxStatus (issue 6)
+	Status      bool           `json:"status"`    // measures PodSandboxStatus
 	Storm       bool           `json:"storm"`     // measures RunPodSandbox during a status storm
-	Lifecycle   bool           `json:"lifecycle"` // measures pod starts and removals (issue 12)
+	Lifecycle   bool           `json:"lifecycle"` // measures pod starts and removals
 	Ping        bool           `json:"ping"`      // measures the raw round trip to its status plugin
 	// CNILess runs with disable_cni: nri-bridge is the pod network, or, with Plugins, the status
 	// plugins are (they answer IPs and wire nothing); else the CNI network.
@@ -116,16 +116,16 @@ func configurations(slowDelay time.Duration) []configuration {
 			Plugins: []statusPlugin{fast(1, true), fast(2, false), fast(3, false)}, Status: true},
 		{Key: "e", Description: fmt.Sprintf("knext + 1 status plugin taking %s per answer", slowDelay),
 			Plugins: []statusPlugin{slow(1, true)}, Status: true, Storm: true},
-		// Not in the issue, opt-in: shows whether plugins are asked concurrently (S3) without the
+		// Opt-in: shows whether plugins are asked concurrently (S3) without the
 		// CPU contention that three fast plugins cause on a small machine.
 		{Key: "f", Description: fmt.Sprintf("knext + 3 status plugins taking %s per answer", slowDelay),
 			Plugins: []statusPlugin{slow(1, true), slow(2, false), slow(3, false)}, Status: true},
 		{Key: "g", Description: "knext CNI-less (disable_cni) + nri-bridge", Lifecycle: true, CNILess: true, Paired: true},
-		// Not in the issue: (g) without nri-bridge's work. What containerd itself spends on a
+		// (g) without nri-bridge's work. What containerd itself spends on a
 		// CNI-less pod (NRI hooks, the seed status query) shows apart from the plugin's.
 		{Key: "h", Description: "knext CNI-less + 1 status plugin as the pod network (answers an IP, wires nothing)",
 			Plugins: []statusPlugin{fast(1, true)}, Lifecycle: true, CNILess: true},
-		// Not in the issue: a second upstream instance. Its ratios to (a) show how far two
+		// A second upstream instance. Its ratios to (a) show how far two
 		// identical daemons drift apart on this machine, the yardstick for (b)'s 1.02.
 		{Key: "u", Description: "upstream containerd again, an instance of its own (A/A: noise of the machine)", Upstream: true,
 			Status: true, Lifecycle: true, Paired: true},
@@ -137,9 +137,9 @@ func configurations(slowDelay time.Duration) []configuration {
 
 // benchmarks are the parts of the run -benchmarks selects.
 type benchmarks struct {
-	Status    bool `json:"status"`    // PodSandboxStatus (issue 6), with the raw round trip (issue 12)
-	Lifecycle bool `json:"lifecycle"` // pod starts and removals (issue 12)
-	Scale     bool `json:"scale"`     // restart and status sweep with many pods (issue 12)
+	Status    bool `json:"status"`    // PodSandboxStatus, with the raw round trip
+	Lifecycle bool `json:"lifecycle"` // pod starts and removals
+	Scale     bool `json:"scale"`     // restart and status sweep with many pods
 	// Paired measures b, g and u against a with both daemons running.
 	Paired bool `json:"paired"`
 	// Cluster rolls a Deployment out on a real cluster of each runtime (cluster.go).

@@ -227,8 +227,8 @@ func (in *instance) runLifecycle(ctx context.Context, round int, run *Run) (err 
 	return nil
 }
 
-// runStatus measures PodSandboxStatus with the configuration's status plugins (issue 6), and
-// the raw round trip to the plugin (issue 12).
+// runStatus measures PodSandboxStatus with the configuration's status plugins, and the
+// raw round trip to the plugin.
 func (in *instance) runStatus(ctx context.Context, round int, run *Run) (err error) {
 	plugins, err := in.startPlugins(ctx)
 	defer func() {

@@ -267,7 +267,7 @@ func (r *report) pairedSummaries() []PairedSummary {
 	return out
 }
 
-// pairedTargets are issue 12's (b) and (g) targets judged on the paired part, with the A/A
+// pairedTargets are the (b) and (g) targets judged on the paired part, with the A/A
 // pair's figure beside them.
 func (r *report) pairedTargets() []Target {
 	var targets []Target

@@ -216,7 +216,7 @@ func (r *report) overheadSummaries() []OverheadSummary {
 	return out
 }
 
-// lifecycleTargets are the pod lifecycle targets of issue 12, judged on the median of the
+// lifecycleTargets are the pod lifecycle targets, judged on the median of the
 // per-round ratios.
 func (r *report) lifecycleTargets() []Target {
 	var targets []Target
@@ -241,7 +241,8 @@ func (r *report) lifecycleTargets() []Target {
 	return targets
 }
 
-// statusTargets12 are the status targets of issue 12, judged on the median over the rounds.
+// statusTargets12 are the status targets of (c)'s overhead beyond the raw round trip and of (b)
+// at 1.02, judged on the median over the rounds.
 func (r *report) statusTargets12() []Target {
 	var targets []Target
 	for _, v := range variants {

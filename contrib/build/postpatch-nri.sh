@@ -17,7 +17,7 @@ tools=$(cd "$tools" && pwd)
 
 die() { echo "postpatch-nri: $*" >&2; exit 1; }
 
-# Debian 12's protoc; another protoc may generate different code (DESIGN.md §2).
+# Debian 12's protoc; another protoc may generate different code (docs/developing.md).
 want_protoc="libprotoc 3.21.12"
 have_protoc=$(protoc --version 2>/dev/null) || die "protoc not found (apt-get install protobuf-compiler)"
 [ "$have_protoc" = "$want_protoc" ] || die "need $want_protoc, found $have_protoc"
