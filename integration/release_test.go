@@ -123,7 +123,14 @@ func TestReleaseTarballRunsTheDemo(t *testing.T) {
 		t.Errorf("containerd.service does not run the tarball's bin/containerd installed in /usr/local:\n%s", unit)
 	}
 
+	bridgeUnit, err := os.ReadFile(filepath.Join(root, "lib/systemd/system/nri-bridge.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantBridgeUnitOrdering(t, unitDirectives(string(bridgeUnit)))
+
 	wantConfigAccepted(t, filepath.Join(root, "bin", "containerd"), filepath.Join(root, "share/knext/config.toml"))
+	wantConfigVersion(t, filepath.Join(root, "bin", "containerd"), filepath.Join(root, "share/knext/config.toml"))
 
 	demo := demoBinary.get(t, func(dir string) (string, error) {
 		path := filepath.Join(dir, "knext-demo")
@@ -179,4 +186,76 @@ func wantConfigAccepted(t *testing.T, containerd, config string) {
 		}
 	}
 	walk("", example, dumped)
+}
+
+// unitDirectives reads a systemd unit file: section, then key, then every value given to the key
+// (a list such as After= may be split over lines and values).
+func unitDirectives(unit string) map[string]map[string][]string {
+	sections := map[string]map[string][]string{}
+	section := ""
+	for _, line := range strings.Split(unit, "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, ";"):
+		case strings.HasPrefix(line, "[") && strings.HasSuffix(line, "]"):
+			section = strings.Trim(line, "[]")
+			if sections[section] == nil {
+				sections[section] = map[string][]string{}
+			}
+		default:
+			key, value, ok := strings.Cut(line, "=")
+			if ok && section != "" {
+				sections[section][key] = append(sections[section][key], strings.Fields(value)...)
+			}
+		}
+	}
+	return sections
+}
+
+// wantBridgeUnitOrdering checks what containerd.service promises of nri-bridge.service: it runs
+// the tarball's nri-bridge, is ordered after containerd and pulls it in, and is not bound to it
+// (nri-bridge reconnects after a restart of containerd; Requires= or BindsTo= would stop or
+// restart it with containerd).
+func wantBridgeUnitOrdering(t *testing.T, unit map[string]map[string][]string) {
+	t.Helper()
+	if got := unit["Service"]["ExecStart"]; len(got) == 0 || got[0] != "/usr/local/bin/nri-bridge" {
+		t.Errorf("nri-bridge.service runs %v, not the tarball's bin/nri-bridge installed in /usr/local", got)
+	}
+	for _, key := range []string{"After", "Wants"} {
+		if !slices.Contains(unit["Unit"][key], "containerd.service") {
+			t.Errorf("nri-bridge.service: %s= is %v, without containerd.service", key, unit["Unit"][key])
+		}
+	}
+	for _, key := range []string{"Requires", "BindsTo", "PartOf"} {
+		if slices.Contains(unit["Unit"][key], "containerd.service") {
+			t.Errorf("nri-bridge.service: %s=containerd.service would stop it with containerd, which it outlives", key)
+		}
+	}
+}
+
+// wantConfigVersion checks that the example configuration has the version the release's
+// containerd writes itself (`containerd config default`), so that it is read as written, not
+// migrated from an older version.
+func wantConfigVersion(t *testing.T, containerd, config string) {
+	t.Helper()
+	defaults, err := exec.Command(containerd, "config", "default").Output()
+	if err != nil {
+		t.Fatalf("containerd config default: %v", err)
+	}
+	var want, got struct {
+		Version int `toml:"version"`
+	}
+	if err := toml.Unmarshal(defaults, &want); err != nil {
+		t.Fatalf("containerd config default: %v\n%s", err, defaults)
+	}
+	data, err := os.ReadFile(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := toml.Unmarshal(data, &got); err != nil {
+		t.Fatalf("%s: %v", config, err)
+	}
+	if want.Version == 0 || got.Version != want.Version {
+		t.Errorf("%s has version = %d; the release's containerd writes version = %d", filepath.Base(config), got.Version, want.Version)
+	}
 }
