@@ -522,8 +522,8 @@ func (e *clusterEnv) testPodIPs(t *testing.T) {
 		}
 		for _, ip := range ips {
 			i := slices.IndexFunc(shown.PodNetwork.IPs, func(r reportedIP) bool { return r.IP == ip })
-			if i < 0 || shown.PodNetwork.IPs[i].Source != "nri:"+nriBridgeName || shown.PodNetwork.IPs[i].NRI != "live" {
-				t.Errorf("pod %s/%s: IP %s has provenance %+v, want it live from nri:%s", pod.Namespace, pod.Name, ip, shown.PodNetwork.IPs, nriBridgeName)
+			if i < 0 || shown.PodNetwork.IPs[i].Source != "nri:"+nriBridgeName || shown.PodNetwork.IPs[i].NRI != nriAtRunPodSandbox {
+				t.Errorf("pod %s/%s: IP %s has provenance %+v, want it from the RunPodSandbox answer of nri:%s", pod.Namespace, pod.Name, ip, shown.PodNetwork.IPs, nriBridgeName)
 			}
 		}
 	}

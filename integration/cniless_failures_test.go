@@ -141,7 +141,7 @@ func TestCNILessPodWithoutIPFailsToStart(t *testing.T) {
 	// The same pod as the first failure starts now: nothing kept its name, and it gets the
 	// address the failed pod had.
 	web := n.runBridgePod(t, "web")
-	n.wantBridgeIPs(t, web, "live", only)
+	n.wantBridgeIPs(t, web, nriAtRunPodSandbox, only)
 
 	// nri-bridge gone: the network is not ready although the other plugin is still connected.
 	n.killBridge(t)

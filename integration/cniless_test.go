@@ -27,6 +27,15 @@ const nriBridgeName = "10-bridge"
 // cniDisabled is the daemon configuration of a CNI-less node.
 const cniDisabled = "[plugins.'io.containerd.cri.v1.runtime'.cni]\ndisable_cni = true\n"
 
+// cniLessBridge is the daemon configuration of a CNI-less node whose pod network is nri-bridge:
+// NetworkReady follows it (it reports pods' IPs at RunPodSandbox only, which is no subscription
+// to PodSandboxStatus).
+const cniLessBridge = cniDisabled + "network_plugin = \"bridge\"\n"
+
+// nriAtRunPodSandbox is how verbose status shows an IP a plugin reported in its RunPodSandbox
+// answer, as nri-bridge does.
+const nriAtRunPodSandbox = "run-pod-sandbox"
+
 // cniPluginNames are the CNI plugins the harness's network uses.
 var cniPluginNames = []string{"bridge", "host-local", "loopback"}
 
@@ -106,11 +115,12 @@ func cniLessConfig(networkPlugin string) string {
 	return cniDisabled + fmt.Sprintf("network_plugin = %q\n", networkPlugin)
 }
 
-// startCNILessNode starts a CNI-less containerd; subnets gives nri-bridge's subnet flags
-// (e.g. "-ipv4-subnet", ipv4Subnet(h)) once the harness exists. nri-bridge is not started.
+// startCNILessNode starts a CNI-less containerd whose NetworkReady follows nri-bridge; subnets
+// gives nri-bridge's subnet flags (e.g. "-ipv4-subnet", ipv4Subnet(h)) once the harness exists.
+// nri-bridge is not started.
 func startCNILessNode(t *testing.T, subnets func(h *harness.Harness) []string) *cniLessNode {
 	t.Helper()
-	return startCNILessNodeFollowing(t, "", subnets)
+	return startCNILessNodeFollowing(t, "bridge", subnets)
 }
 
 // startCNILessNodeFollowing is startCNILessNode with network_plugin = networkPlugin.
@@ -309,8 +319,8 @@ func TestCNILessPodsNetworkedByNRIBridge(t *testing.T) {
 	if ipA == ipB || ipA == gateway || ipB == gateway {
 		t.Fatalf("pods got %s and %s, gateway %s: want distinct addresses", ipA, ipB, gateway)
 	}
-	n.wantBridgeIPs(t, a, "live", ipA)
-	n.wantBridgeIPs(t, b, "live", ipB)
+	n.wantBridgeIPs(t, a, nriAtRunPodSandbox, ipA)
+	n.wantBridgeIPs(t, b, nriAtRunPodSandbox, ipB)
 
 	for _, pod := range []bridgePod{a, b} {
 		shown := crictlInspectp(t, n.ctx, n.h, pod.id)
@@ -381,10 +391,10 @@ func TestCNILessRestartsKeepAllocations(t *testing.T) {
 
 	// Plugin crash: the last known answers stand in, then the restarted plugin answers the same.
 	n.killBridge(t)
-	n.wantBridgeIPs(t, a, "last-known", ipsA...)
+	n.wantBridgeIPs(t, a, nriAtRunPodSandbox, ipsA...)
 	n.startBridge(t)
-	n.wantBridgeIPs(t, a, "live", ipsA...)
-	n.wantBridgeIPs(t, b, "live", ipsB...)
+	n.wantBridgeIPs(t, a, nriAtRunPodSandbox, ipsA...)
+	n.wantBridgeIPs(t, b, nriAtRunPodSandbox, ipsB...)
 
 	// containerd restart: the standalone plugin reconnects and still owns the same addresses.
 	before := n.h.PID()
@@ -395,8 +405,8 @@ func TestCNILessRestartsKeepAllocations(t *testing.T) {
 		t.Fatalf("containerd pid %d before restart, %d after", before, after)
 	}
 	n.waitNetworkReady(t, true)
-	n.wantBridgeIPs(t, a, "live", ipsA...)
-	n.wantBridgeIPs(t, b, "live", ipsB...)
+	n.wantBridgeIPs(t, a, nriAtRunPodSandbox, ipsA...)
+	n.wantBridgeIPs(t, b, nriAtRunPodSandbox, ipsB...)
 	execIn(t, n.ctx, n.h, a.container, "ping", "-c", "1", "-W", "5", ipsB[0])
 
 	// The kept allocations are not handed out again.
@@ -503,7 +513,7 @@ func TestCNILessDualStackAndIPv6Only(t *testing.T) {
 			inSubnet(t, ips[0], ipv4Subnet(n.h))
 			inSubnet(t, ips[1], ipv6Subnet(n.h))
 		}
-		n.wantBridgeIPs(t, a, "live", ipsA...)
+		n.wantBridgeIPs(t, a, nriAtRunPodSandbox, ipsA...)
 		execIn(t, n.ctx, n.h, a.container, "ping", "-c", "1", "-W", "5", ipsB[0])
 		execIn(t, n.ctx, n.h, a.container, "ping", "-c", "1", "-W", "5", ipsB[1])
 	})
@@ -517,7 +527,7 @@ func TestCNILessDualStackAndIPv6Only(t *testing.T) {
 			t.Fatalf("IPv6-only pods report %v and %v, want one IPv6 address each", ipsA, ipsB)
 		}
 		inSubnet(t, ipsA[0], ipv6Subnet(n.h))
-		n.wantBridgeIPs(t, a, "live", ipsA...)
+		n.wantBridgeIPs(t, a, nriAtRunPodSandbox, ipsA...)
 		gateway := netip.MustParsePrefix(ipv6Subnet(n.h)).Addr().Next().String()
 		execIn(t, n.ctx, n.h, a.container, "ping", "-c", "1", "-W", "5", ipsB[0])
 		execIn(t, n.ctx, n.h, a.container, "ping", "-c", "1", "-W", "5", gateway)
@@ -750,13 +760,13 @@ func TestCNILessPreinstalledNRIBridge(t *testing.T) {
 	if len(ipsA) != 2 {
 		t.Fatalf("pod %s reports %v, want an IPv4 and an IPv6 address", a.id, ipsA)
 	}
-	n.wantBridgeIPs(t, a, "live", ipsA...)
+	n.wantBridgeIPs(t, a, nriAtRunPodSandbox, ipsA...)
 
 	if err := n.h.Restart(n.ctx); err != nil {
 		t.Fatalf("restart containerd: %v", err)
 	}
 	n.waitNetworkReady(t, true)
-	n.wantBridgeIPs(t, a, "live", ipsA...)
-	n.wantBridgeIPs(t, b, "live", ipsB...)
+	n.wantBridgeIPs(t, a, nriAtRunPodSandbox, ipsA...)
+	n.wantBridgeIPs(t, b, nriAtRunPodSandbox, ipsB...)
 	execIn(t, n.ctx, n.h, a.container, "ping", "-c", "1", "-W", "5", ipsB[0])
 }

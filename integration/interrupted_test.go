@@ -576,7 +576,7 @@ func TestRunPodSandboxCutShortInNRIHook(t *testing.T) {
 		t.Run(signal, func(t *testing.T) {
 			t.Parallel()
 			// A long plugin_request_timeout: the hold ends by the restart, not by a timeout.
-			n := startCNILessNodeWith(t, harness.Options{ExtraConfig: cniDisabled, NRIRequestTimeout: time.Minute},
+			n := startCNILessNodeWith(t, harness.Options{ExtraConfig: cniLessBridge, NRIRequestTimeout: time.Minute},
 				func(h *harness.Harness) []string { return []string{"-ipv4-subnet", ipv4Subnet(h)} })
 			n.startBridge(t)
 			holder := startTestPlugin(t, n.ctx, n.h, "20", "holder")
@@ -657,7 +657,7 @@ func TestRunPodSandboxCutShortInShimStart(t *testing.T) {
 		t.Run(signal, func(t *testing.T) {
 			t.Parallel()
 			hold := filepath.Join(t.TempDir(), "hold")
-			n := startCNILessNodeWith(t, harness.Options{ExtraConfig: cniDisabled, Containerd: filepath.Join(heldShimStart(t, hold), "containerd")},
+			n := startCNILessNodeWith(t, harness.Options{ExtraConfig: cniLessBridge, Containerd: filepath.Join(heldShimStart(t, hold), "containerd")},
 				func(h *harness.Harness) []string { return []string{"-ipv4-subnet", ipv4Subnet(h)} })
 			n.startBridge(t)
 			n.cutShort(t, signal, hold, func() string {

@@ -424,8 +424,9 @@ func kubeletPick(ips []string) []string {
 }
 
 // wantKubeletIPsFrom checks that the kubelet's IPs of pod are its pick of what CRI reports, and
-// that each of them comes live from NRI plugin source (e.g. "nri:10-bridge").
-func (n *kubeletNode) wantKubeletIPsFrom(t *testing.T, pod startedPod, source string) []string {
+// that each of them comes from NRI plugin source (e.g. "nri:10-bridge") as nriState tells ("live",
+// or nriAtRunPodSandbox).
+func (n *kubeletNode) wantKubeletIPsFrom(t *testing.T, pod startedPod, source, nriState string) []string {
 	t.Helper()
 	status, network := verbosePodStatus(t, n.ctx, n.h, pod.sandbox)
 	criIPs := statusIPs(status)
@@ -434,8 +435,8 @@ func (n *kubeletNode) wantKubeletIPsFrom(t *testing.T, pod startedPod, source st
 	}
 	for _, ip := range pod.ips {
 		i := slices.IndexFunc(network.IPs, func(r reportedIP) bool { return r.IP == ip })
-		if i < 0 || network.IPs[i].Source != source || network.IPs[i].NRI != "live" {
-			t.Errorf("pod %s: IP %s has provenance %+v, want it live from %s", pod.name, ip, network.IPs, source)
+		if i < 0 || network.IPs[i].Source != source || network.IPs[i].NRI != nriState {
+			t.Errorf("pod %s: IP %s has provenance %+v, want it %s from %s", pod.name, ip, network.IPs, nriState, source)
 		}
 	}
 	return criIPs
@@ -522,7 +523,7 @@ func TestKubeletCNIModeStatusPlugin(t *testing.T) {
 		if !slices.Equal(pod.ips, want) {
 			t.Errorf("the kubelet reports pod %s with IPs %v, want the plugin's %v", name, pod.ips, want)
 		}
-		criIPs := n.wantKubeletIPsFrom(t, pod, "nri:"+plugin.nriName())
+		criIPs := n.wantKubeletIPsFrom(t, pod, "nri:"+plugin.nriName(), "live")
 		// CNI's address is still reported, behind the plugin's.
 		if !slices.ContainsFunc(criIPs, func(ip string) bool { return n.h.Subnet.Contains(net.ParseIP(ip)) }) {
 			t.Errorf("pod %s: CRI reports %v, without its CNI address of %s", name, criIPs, n.h.Subnet)
@@ -621,7 +622,7 @@ func (n *kubeletNode) waitNetworkReady(t *testing.T, want bool) {
 func TestKubeletCNILessNRIBridgePod(t *testing.T) {
 	t.Parallel()
 	binDir, invocations := recordingCNIBinDir(t)
-	n := startKubeletNode(t, harness.Options{ExtraConfig: cniDisabled, SkipNetworkReadyWait: true, CNIBinDir: binDir})
+	n := startKubeletNode(t, harness.Options{ExtraConfig: cniLessBridge, SkipNetworkReadyWait: true, CNIBinDir: binDir})
 	t.Cleanup(func() {
 		if calls := cniInvocations(t, invocations); len(calls) > 0 {
 			t.Errorf("CNI plugins ran with disable_cni = true: %v", calls)
@@ -675,7 +676,7 @@ func TestKubeletCNILessNRIBridgePod(t *testing.T) {
 			}
 			inSubnet(t, pod.ips[0], ipv4Subnet(n.h))
 			inSubnet(t, pod.ips[1], ipv6Subnet(n.h))
-			if criIPs := n.wantKubeletIPsFrom(t, pod, "nri:"+nriBridgeName); !slices.Equal(criIPs, pod.ips) {
+			if criIPs := n.wantKubeletIPsFrom(t, pod, "nri:"+nriBridgeName, nriAtRunPodSandbox); !slices.Equal(criIPs, pod.ips) {
 				t.Errorf("pod %s: CRI reports %v, the kubelet %v", name, criIPs, pod.ips)
 			}
 			container := n.runningContainer(t, pod.uid, appContainer)
@@ -785,7 +786,7 @@ func TestKubeletCNILessNRIBridgePod(t *testing.T) {
 // it stays connected, and no app pod is re-created or changes IPs, whatever the kubelet asks.
 func TestKubeletSecondStatusPluginFailsOrIsSlow(t *testing.T) {
 	t.Parallel()
-	n := startKubeletNode(t, harness.Options{ExtraConfig: cniDisabled, SkipNetworkReadyWait: true})
+	n := startKubeletNode(t, harness.Options{ExtraConfig: cniLessBridge, SkipNetworkReadyWait: true})
 	const bridge = "nri-bridge"
 	n.addStaticPods(t, n.nriBridgeStaticPod(t))
 	n.waitRunning(t, bridge)
@@ -799,7 +800,7 @@ func TestKubeletSecondStatusPluginFailsOrIsSlow(t *testing.T) {
 	for _, pod := range started {
 		// It answered with no IP: it owns none, and that answer is its last known one.
 		flaky.waitCalls(t, pod.sandbox, 1)
-		n.wantKubeletIPsFrom(t, pod, "nri:"+nriBridgeName)
+		n.wantKubeletIPsFrom(t, pod, "nri:"+nriBridgeName, nriAtRunPodSandbox)
 	}
 	watch := n.watchIPs(started)
 	// Each case starts with the plugin connected, even if the previous one lost it.

@@ -362,7 +362,7 @@ func TestPodStatusStalledPreinstalledPlugin(t *testing.T) {
 	n.preinstallBridge(t)
 	a := n.runBridgePod(t, "a")
 	ips := statusIPs(podStatus(t, n.ctx, n.h, a.id))
-	n.wantBridgeIPs(t, a, "live", ips...)
+	n.wantBridgeIPs(t, a, nriAtRunPodSandbox, ips...)
 	pid := pidOf(t, n.preinstalledBridgePath())
 	if parent := parentOf(t, pid); parent != n.h.PID() {
 		t.Fatalf("nri-bridge (pid %d) is a child of %d, want containerd (pid %d)", pid, parent, n.h.PID())
@@ -393,7 +393,7 @@ func TestPodStatusStalledPreinstalledPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitLiveAgain(t, n.ctx, n.h, a.id, nriBridgeName)
-	n.wantBridgeIPs(t, a, "live", ips...)
+	n.wantBridgeIPs(t, a, nriAtRunPodSandbox, ips...)
 	if now := pidOf(t, n.preinstalledBridgePath()); now != pid {
 		t.Errorf("nri-bridge runs as pid %d, before the stall as %d: it was restarted", now, pid)
 	}
@@ -402,7 +402,7 @@ func TestPodStatusStalledPreinstalledPlugin(t *testing.T) {
 	// The same process still handles pod lifecycle events: it networks a new pod.
 	b := n.runBridgePod(t, "b")
 	ipsB := statusIPs(podStatus(t, n.ctx, n.h, b.id))
-	n.wantBridgeIPs(t, b, "live", ipsB...)
+	n.wantBridgeIPs(t, b, nriAtRunPodSandbox, ipsB...)
 	execIn(t, n.ctx, n.h, a.container, "ping", "-c", "1", "-W", "5", ipsB[0])
 	wantAlwaysReady(t, stopSampling())
 }

@@ -1,7 +1,7 @@
 // Command nri-bridge is an NRI plugin that is the pod network of a CNI-less node: it gives
 // every pod with its own network namespace a veth pair to a Linux bridge, one address per
 // configured family, default routes through the bridge, and reports the addresses to the
-// runtime through NRI's PodSandboxStatus. With -interface (or the key interface) other than
+// runtime in its RunPodSandbox answer, once per pod. With -interface (or the key interface) other than
 // eth0 it is instead a secondary network next to CNI's eth0: no default routes, no reported IPs,
 // no hostPorts.
 //

@@ -87,6 +87,10 @@ func newInstance(ctx context.Context, s settings, c configuration, pods int) (*i
 		ExtraConfig: fmt.Sprintf("[plugins.'io.containerd.server.v1.metrics']\naddress = %q\n", in.metricsAddress)}
 	if c.CNILess {
 		opts.ExtraConfig += "[plugins.'io.containerd.cri.v1.runtime'.cni]\ndisable_cni = true\n"
+		if c.bridged() {
+			// nri-bridge reports pods' IPs at RunPodSandbox: NetworkReady follows it by name.
+			opts.ExtraConfig += "network_plugin = \"bridge\"\n"
+		}
 		opts.SkipNetworkReadyWait = true
 	} else {
 		if in.cni, err = newCNIBinDir(s.CNIBinDir, s.CNITrace); err != nil {

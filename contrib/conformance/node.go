@@ -85,7 +85,8 @@ func runConfiguration(ctx context.Context, c configuration, p options, dir strin
 		"[plugins.'io.containerd.cri.v1.images'.pinned_images]\nsandbox = %q\n",
 		filepath.Join(dir, "certs.d"), critestimages.SandboxImage)
 	if c.cniLess {
-		extra += "[plugins.'io.containerd.cri.v1.runtime'.cni]\ndisable_cni = true\n"
+		// nri-bridge reports pods' IPs at RunPodSandbox: NetworkReady follows it by name.
+		extra += "[plugins.'io.containerd.cri.v1.runtime'.cni]\ndisable_cni = true\nnetwork_plugin = \"bridge\"\n"
 	}
 	opts := harness.Options{
 		BinDir:               p.binDir,

@@ -89,7 +89,7 @@ func (s *Settings) Equal(o *Settings) bool {
 
 // Secondary tells whether the pods' interface is a secondary network next to the pod network
 // (CNI's eth0), which owns the pod's default routes, IPs and hostPorts: nri-bridge then sets no
-// default route, reports no pod IP through PodSandboxStatus and publishes no hostPort.
+// default route, reports no pod IP and publishes no hostPort.
 func (s *Settings) Secondary() bool {
 	return s.PodInterface != DefaultInterface
 }

@@ -38,7 +38,7 @@ func TestNetnsCleanup(t *testing.T) {
 	}
 	pod, _ := newNetns(t, "a")
 	pod.PortMappings = []*api.PortMapping{mapping(api.Protocol_TCP, netnstest.Port(t), 80, "")}
-	if err := p.RunPodSandbox(ctx, pod); err != nil {
+	if _, err := p.RunPodSandbox(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
 	wantTable(t, s.Bridge, true)

@@ -90,7 +90,7 @@ func TestNetnsHostPorts(t *testing.T) {
 		mapping(api.Protocol_UDP, udp, 53, "0.0.0.0"),
 		mapping(api.Protocol_TCP, 0, 8080, ""), // a container port without hostPort: nothing
 	}
-	if err := p.RunPodSandbox(ctx, web); err != nil {
+	if _, err := p.RunPodSandbox(ctx, web); err != nil {
 		t.Fatal(err)
 	}
 	webNS := podNetNS(web)
@@ -132,7 +132,7 @@ func TestNetnsHostPorts(t *testing.T) {
 	}
 	// Another pod reaches it too.
 	client, _ := newNetns(t, "client")
-	if err := p.RunPodSandbox(ctx, client); err != nil {
+	if _, err := p.RunPodSandbox(ctx, client); err != nil {
 		t.Fatal(err)
 	}
 	reach(t, podNetNS(client), "tcp4", peer.Host4, anyPort, "web saw "+gw4.String())
@@ -153,7 +153,7 @@ func TestNetnsHostPorts(t *testing.T) {
 	// lo up: the port is claimed once the pod is wired).
 	taken, _ := newNetns(t, "taken")
 	taken.PortMappings = []*api.PortMapping{mapping(api.Protocol_TCP, anyPort, 80, peer.Host4.String())}
-	err = p.RunPodSandbox(ctx, taken)
+	_, err = p.RunPodSandbox(ctx, taken)
 	want := fmt.Sprintf("nri-bridge: %s: hostPort %d/TCP on %s (container port 80) is taken: %s holds hostPort %d/TCP on every address (container port 80)",
 		refOf(taken), anyPort, peer.Host4, refOf(web), anyPort)
 	if err == nil || err.Error() != want {
@@ -174,7 +174,7 @@ func TestNetnsHostPorts(t *testing.T) {
 		t.Errorf("route_localnet of bridge %s after the last hostPort went: %s", s.Bridge, got)
 	}
 	// The port is free again.
-	if err := p.RunPodSandbox(ctx, taken); err != nil {
+	if _, err := p.RunPodSandbox(ctx, taken); err != nil {
 		t.Fatalf("pod taking the released port: %v", err)
 	}
 	netnstest.Serve(t, podNetNS(taken), "tcp4", 80, "taken")
@@ -199,7 +199,7 @@ func TestNetnsHostPortsRebuiltOnSynchronize(t *testing.T) {
 	gone, goneNetns := newNetns(t, "gone")
 	gone.PortMappings = []*api.PortMapping{mapping(api.Protocol_TCP, gonePort, 80, "")}
 	for _, pd := range []*api.PodSandbox{pod, gone} {
-		if err := p.RunPodSandbox(ctx, pd); err != nil {
+		if _, err := p.RunPodSandbox(ctx, pd); err != nil {
 			t.Fatal(err)
 		}
 		netnstest.Serve(t, podNetNS(pd), "tcp4", 80, pd.Name)
@@ -262,7 +262,7 @@ func TestNetnsMasquerade(t *testing.T) {
 				t.Fatal(err)
 			}
 			pod, _ := newNetns(t, "egress")
-			if err := p.RunPodSandbox(ctx, pod); err != nil {
+			if _, err := p.RunPodSandbox(ctx, pod); err != nil {
 				t.Fatal(err)
 			}
 			wantTable(t, s.Bridge, masq)
@@ -275,7 +275,7 @@ func TestNetnsMasquerade(t *testing.T) {
 			reach(t, podNetNS(pod), "tcp6", outside.Peer6, 80, "outside saw "+outside.Host6.String())
 			// Pods still see each other's own addresses.
 			other, _ := newNetns(t, "other")
-			if err := p.RunPodSandbox(ctx, other); err != nil {
+			if _, err := p.RunPodSandbox(ctx, other); err != nil {
 				t.Fatal(err)
 			}
 			netnstest.Serve(t, podNetNS(other), "tcp4", 80, "other")
@@ -317,7 +317,7 @@ func TestNetnsMasqueradeSparesTheClusterPodCIDRs(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod, _ := newNetns(t, "pod")
-	if err := p.RunPodSandbox(ctx, pod); err != nil {
+	if _, err := p.RunPodSandbox(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
 	ips := strings.Split(podIPsOK(t, p, pod), ",")
@@ -342,7 +342,7 @@ func TestNetnsLocalnetGuard(t *testing.T) {
 	p, s := newNetnsPlugin(t)
 	pod, _ := newNetns(t, "intruder")
 	pod.PortMappings = []*api.PortMapping{mapping(api.Protocol_TCP, netnstest.Port(t), 80, "")}
-	if err := p.RunPodSandbox(ctx, pod); err != nil {
+	if _, err := p.RunPodSandbox(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
 	if got := sysctlValue(t, "net/ipv4/conf/"+s.Bridge+"/route_localnet"); got != "1" {
@@ -401,7 +401,7 @@ func TestNetnsSCTPHostPort(t *testing.T) {
 	port := netnstest.Port(t)
 	pod, _ := newNetns(t, "sctp")
 	pod.PortMappings = []*api.PortMapping{mapping(api.Protocol_SCTP, port, 3868, "")}
-	if err := p.RunPodSandbox(ctx, pod); err != nil {
+	if _, err := p.RunPodSandbox(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
 	ips := strings.Split(podIPsOK(t, p, pod), ",")

@@ -89,7 +89,7 @@ func TestRunPodSandboxPublishesHostPorts(t *testing.T) {
 	fw := firewallOf(t, p)
 
 	// A pod without host ports costs the firewall nothing.
-	if err := p.RunPodSandbox(ctx, portPod("plain", &api.PortMapping{Protocol: api.Protocol_TCP, ContainerPort: 80})); err != nil {
+	if _, err := p.RunPodSandbox(ctx, portPod("plain", &api.PortMapping{Protocol: api.Protocol_TCP, ContainerPort: 80})); err != nil {
 		t.Fatal(err)
 	}
 	if got := fw.appliedRules(); got != "" {
@@ -97,7 +97,7 @@ func TestRunPodSandboxPublishesHostPorts(t *testing.T) {
 	}
 
 	web := portPod("web", &api.PortMapping{Protocol: api.Protocol_TCP, ContainerPort: 80, HostPort: 8080})
-	if err := p.RunPodSandbox(ctx, web); err != nil {
+	if _, err := p.RunPodSandbox(ctx, web); err != nil {
 		t.Fatal(err)
 	}
 	rules := fw.appliedRules()
@@ -111,7 +111,7 @@ func TestRunPodSandboxPublishesHostPorts(t *testing.T) {
 	}
 
 	taken := portPod("taken", &api.PortMapping{Protocol: api.Protocol_TCP, ContainerPort: 81, HostPort: 8080, HostIp: "0.0.0.0"})
-	err := p.RunPodSandbox(ctx, taken)
+	_, err := p.RunPodSandbox(ctx, taken)
 	want := "nri-bridge: pod ns/name-taken (sandbox taken): hostPort 8080/TCP on every IPv4 address (container port 81) is taken: " +
 		"pod ns/name-web (sandbox web) holds hostPort 8080/TCP on every address (container port 80)"
 	if err == nil || err.Error() != want {
@@ -123,7 +123,7 @@ func TestRunPodSandboxPublishesHostPorts(t *testing.T) {
 
 	// Invalid mappings fail the pod before anything is allocated.
 	bad := portPod("bad", &api.PortMapping{Protocol: api.Protocol_TCP, ContainerPort: 80, HostPort: 70000})
-	if err := p.RunPodSandbox(ctx, bad); err == nil || err.Error() != "nri-bridge: pod ns/name-bad (sandbox bad): port mappings: hostPort 70000/TCP: not a port number (1-65535)" {
+	if _, err := p.RunPodSandbox(ctx, bad); err == nil || err.Error() != "nri-bridge: pod ns/name-bad (sandbox bad): port mappings: hostPort 70000/TCP: not a port number (1-65535)" {
 		t.Errorf("an invalid hostPort: got %v", err)
 	}
 	if fake.isWired("bad") {
@@ -137,7 +137,7 @@ func TestRunPodSandboxPublishesHostPorts(t *testing.T) {
 	if got := fw.appliedRules(); got != "table inet nri-bridge-nribr0 {\n}\n" {
 		t.Errorf("rules after the only pod with hostPorts stopped:\n%s", got)
 	}
-	if err := p.RunPodSandbox(ctx, taken); err != nil {
+	if _, err := p.RunPodSandbox(ctx, taken); err != nil {
 		t.Fatalf("taking a released port: %v", err)
 	}
 }
@@ -147,7 +147,7 @@ func TestHostPortsFirewallFailureLeaksNothing(t *testing.T) {
 	fw := firewallOf(t, p)
 	fw.applyErr = errors.New("netlink: operation not permitted")
 	pod := portPod("a", &api.PortMapping{Protocol: api.Protocol_UDP, ContainerPort: 53, HostPort: 53})
-	err := p.RunPodSandbox(ctx, pod)
+	_, err := p.RunPodSandbox(ctx, pod)
 	if err == nil || err.Error() != "nri-bridge: pod ns/name-a (sandbox a): netlink: operation not permitted" {
 		t.Fatalf("got %v", err)
 	}
@@ -156,7 +156,7 @@ func TestHostPortsFirewallFailureLeaksNothing(t *testing.T) {
 		t.Errorf("the failed pod left ports %v (%v), wired %v, IPs %q", held, err, fake.isWired("a"), podIPsOK(t, p, pod))
 	}
 	fw.applyErr = nil
-	if err := p.RunPodSandbox(ctx, pod); err != nil {
+	if _, err := p.RunPodSandbox(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
 	// A stop that cannot remove the rules keeps everything for the next try.
@@ -184,7 +184,7 @@ func TestSynchronizeRebuildsHostPorts(t *testing.T) {
 	web := portPod("web", &api.PortMapping{Protocol: api.Protocol_TCP, ContainerPort: 80, HostPort: 8080})
 	old := portPod("old", &api.PortMapping{Protocol: api.Protocol_TCP, ContainerPort: 80, HostPort: 9090})
 	for _, pod := range []*api.PodSandbox{web, old} {
-		if err := p.RunPodSandbox(ctx, pod); err != nil {
+		if _, err := p.RunPodSandbox(ctx, pod); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -217,7 +217,7 @@ func TestSynchronizeRebuildsHostPorts(t *testing.T) {
 	// costs time in proportion to the rules, and Synchronize has plugin_request_timeout).
 	for i := range 5 {
 		pod := portPod(fmt.Sprint("gone-", i), &api.PortMapping{Protocol: api.Protocol_UDP, ContainerPort: 53, HostPort: int32(5300 + i)})
-		if err := p.RunPodSandbox(ctx, pod); err != nil {
+		if _, err := p.RunPodSandbox(ctx, pod); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -239,7 +239,7 @@ func TestSecondaryInterfacePublishesNoHostPorts(t *testing.T) {
 	p, fake := newTestPlugin(t, testPodDoc(t, `interface: net1, ipv4: {subnet: 10.5.0.0/24}`))
 	fw := firewallOf(t, p)
 	web := portPod("web", &api.PortMapping{Protocol: api.Protocol_TCP, ContainerPort: 80, HostPort: 8080})
-	if err := p.RunPodSandbox(ctx, web); err != nil {
+	if _, err := p.RunPodSandbox(ctx, web); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p.Synchronize(ctx, []*api.PodSandbox{web}, nil); err != nil {

@@ -131,7 +131,7 @@ func BenchmarkNetnsPodLifecycle(b *testing.B) {
 		pod, name := addNetns(b, fmt.Sprintf("bench%d", i))
 		b.StartTimer()
 		start := time.Now()
-		if err := p.RunPodSandbox(ctx, pod); err != nil {
+		if _, err := p.RunPodSandbox(ctx, pod); err != nil {
 			b.Fatal(err)
 		}
 		wired := time.Now()
@@ -235,7 +235,7 @@ func TestNetnsRunAndStop(t *testing.T) {
 	podB, nsB := newNetns(t, "b")
 
 	for _, pod := range []*api.PodSandbox{podA, podB} {
-		if err := p.RunPodSandbox(ctx, pod); err != nil {
+		if _, err := p.RunPodSandbox(ctx, pod); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -280,7 +280,7 @@ func TestNetnsRunAndStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.RunPodSandbox(ctx, podA); err != nil {
+	if _, err := p.RunPodSandbox(ctx, podA); err != nil {
 		t.Fatal(err)
 	}
 	eth0After, err := h.LinkByName("eth0")
@@ -375,7 +375,7 @@ func TestNetnsSetupFailureLeaksNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod, _ := newNetns(t, "a")
-	err := p.RunPodSandbox(ctx, pod)
+	_, err := p.RunPodSandbox(ctx, pod)
 	if want := "bridge " + s.Bridge + ": the existing interface is a veth, not a bridge"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("got %v, want %q", err, want)
 	}
@@ -392,7 +392,7 @@ func TestNetnsSetupFailureLeaksNothing(t *testing.T) {
 	if link, err := netlink.LinkByName(s.Bridge); err == nil {
 		netlink.LinkDel(link)
 	}
-	err = p.RunPodSandbox(ctx, missing)
+	_, err = p.RunPodSandbox(ctx, missing)
 	if err == nil || !strings.Contains(err.Error(), "opening network namespace /run/netns/nbt-does-not-exist") {
 		t.Fatalf("missing netns: got %v", err)
 	}
@@ -405,7 +405,7 @@ func TestNetnsRecreatesVethAfterInterruptedSetup(t *testing.T) {
 	requireRoot(t)
 	p, s := newNetnsPlugin(t)
 	pod, _ := newNetns(t, "a")
-	if err := p.RunPodSandbox(ctx, pod); err != nil {
+	if _, err := p.RunPodSandbox(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
 	ips := podIPsOK(t, p, pod)
@@ -413,7 +413,7 @@ func TestNetnsRecreatesVethAfterInterruptedSetup(t *testing.T) {
 	if link, err := netlink.LinkByName(wiring.HostVethName(pod.Id)); err == nil {
 		netlink.LinkDel(link)
 	}
-	if err := p.RunPodSandbox(ctx, pod); err != nil {
+	if _, err := p.RunPodSandbox(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := podState(t, pod), wantPodState(s, withPrefix(s, ips)...); got != want {
@@ -442,7 +442,9 @@ func TestNetnsPreinstalledPlugin(t *testing.T) {
 	netnsPath := podNetNS(pod)
 
 	rt := startFakeRuntime(t, socket, pluginDir)
-	rt.do(t, "run "+pod.Id+" "+netnsPath)
+	wantIPs := fmt.Sprintf("ip=%s additional=[%s] owners=[%s@10-bridge %s@10-bridge] noips=[]",
+		s.Pools[0].Gateway.Next(), s.Pools[1].Gateway.Next(), s.Pools[0].Gateway.Next(), s.Pools[1].Gateway.Next())
+	rt.ask(t, "runips "+pod.Id+" "+netnsPath, wantIPs)
 	h := podNetlink(t, pod)
 	eth0, err := h.LinkByName("eth0")
 	if err != nil {
@@ -454,14 +456,12 @@ func TestNetnsPreinstalledPlugin(t *testing.T) {
 	if want := wantPodState(s, withPrefix(s, ip4.String()+","+ip6.String())...); state != want {
 		t.Fatalf("pod state:\n got %s\nwant %s", state, want)
 	}
-	wantStatus := fmt.Sprintf("ip=%s additional=[%s] owners=[%s@10-bridge %s@10-bridge] noanswer=0", ip4, ip6, ip4, ip6)
-	rt.ask(t, "status "+pod.Id, wantStatus)
 
-	// The runtime restarts (killing the plugin it launched); the pod is still there.
+	// The runtime restarts (killing the plugin it launched); the pod is still there. A replay
+	// answers the same IPs (the allocation survived the plugin's SIGKILL) and changes nothing.
 	rt.stop()
 	rt = startFakeRuntime(t, socket, pluginDir, pod.Id+"="+netnsPath)
-	rt.ask(t, "status "+pod.Id, wantStatus) // the allocation survived the plugin's SIGKILL
-	rt.do(t, "run "+pod.Id+" "+netnsPath)   // replay: nothing changes
+	rt.ask(t, "runips "+pod.Id+" "+netnsPath, wantIPs)
 	if got := podState(t, pod); got != state {
 		t.Errorf("after a runtime restart:\n got %s\nwant %s", got, state)
 	}
@@ -471,10 +471,6 @@ func TestNetnsPreinstalledPlugin(t *testing.T) {
 	rt.do(t, "stop "+pod.Id+" "+netnsPath)
 	// The veth is deleted and the address released in the background, right after the stop.
 	eventually(t, "lo up=true; no eth0", func() string { return podState(t, pod) })
-	eventually(t, "ip= additional=[] owners=[] noanswer=0", func() string {
-		fmt.Fprintln(rt.stdin, "status "+pod.Id)
-		return rt.reply(t)
-	})
 	rt.stop()
 
 	// An invalid configuration fails the plugin's start. (The stub closes the connection before
@@ -557,7 +553,7 @@ func TestNetnsSecondaryInterface(t *testing.T) {
 	cniRoutes := defaultRoutes(t, podA)
 
 	for _, pod := range []*api.PodSandbox{podA, podB} {
-		if err := p.RunPodSandbox(ctx, pod); err != nil {
+		if _, err := p.RunPodSandbox(ctx, pod); err != nil {
 			t.Fatal(err)
 		}
 	}

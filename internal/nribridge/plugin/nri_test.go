@@ -123,6 +123,14 @@ var fakeRuntimeCommands = map[string]func(*nri.Adaptation, *api.PodSandbox) (str
 	"run": func(r *nri.Adaptation, pod *api.PodSandbox) (string, error) {
 		return "ok", r.RunPodSandbox(context.Background(), &nri.RunPodSandboxRequest{Pod: pod})
 	},
+	// "runips" is "run" printing the IPs the plugins reported, merged, with each IP's owner.
+	"runips": func(r *nri.Adaptation, pod *api.PodSandbox) (string, error) {
+		res, err := r.RunPodSandboxNetwork(context.Background(), &nri.RunPodSandboxRequest{Pod: pod})
+		if err != nil || res.Network == nil {
+			return fmt.Sprintf("result %v", res), err
+		}
+		return fmt.Sprintf("%s noips=%v", describeResult(res.Network), res.NoIPs), nil
+	},
 	"stop": func(r *nri.Adaptation, pod *api.PodSandbox) (string, error) {
 		return "ok", r.StopPodSandbox(context.Background(), &nri.StopPodSandboxRequest{Pod: pod})
 	},
@@ -132,14 +140,19 @@ var fakeRuntimeCommands = map[string]func(*nri.Adaptation, *api.PodSandbox) (str
 		if err != nil || res == nil {
 			return fmt.Sprintf("result %v", res), err
 		}
-		var owners []string
-		for _, ip := range append([]string{res.IP}, res.AdditionalIPs...) {
-			if ip != "" {
-				owners = append(owners, ip+"@"+res.Owners[ip])
-			}
-		}
-		return fmt.Sprintf("ip=%s additional=%v owners=%v noanswer=%d", res.IP, res.AdditionalIPs, owners, len(res.NoAnswer)), nil
+		return fmt.Sprintf("%s noanswer=%d", describeResult(res), len(res.NoAnswer)), nil
 	},
+}
+
+// describeResult renders merged IPs with each one's owner.
+func describeResult(res *nri.PodSandboxStatusResult) string {
+	var owners []string
+	for _, ip := range append([]string{res.IP}, res.AdditionalIPs...) {
+		if ip != "" {
+			owners = append(owners, ip+"@"+res.Owners[ip])
+		}
+	}
+	return fmt.Sprintf("ip=%s additional=%v owners=%v", res.IP, res.AdditionalIPs, owners)
 }
 
 type fakeRuntime struct {

@@ -34,7 +34,7 @@ type podNetwork interface {
 }
 
 // plugin is the NRI plugin. Lifecycle events (run, stop, remove, synchronize) are serialized
-// by lifecycleMu; PodSandboxStatus only reads the store and never waits for them.
+// by lifecycleMu.
 type plugin struct {
 	flags       *config.Flags
 	startupYAML []byte // the -config file, used when the runtime supplies no configuration
@@ -271,22 +271,26 @@ func (p *plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, _ []*a
 	return nil, nil
 }
 
-// RunPodSandbox allocates the pod's addresses, persists them, then wires the pod. On failure
-// everything this call did for the pod is undone, so a failed pod start leaks nothing.
-func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
+// RunPodSandbox allocates the pod's addresses, persists them, then wires the pod, and reports
+// the addresses (IPv4 first when both families are configured) in its answer: they are the pod's
+// IPs for its lifetime, so the runtime never asks for them again (nri-bridge does not answer
+// PodSandboxStatus). On a secondary interface it reports none: the pod's IPs are the pod
+// network's. On failure everything this call did for the pod is undone, so a failed pod start
+// leaks nothing.
+func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) (*api.PodSandboxAdjustment, error) {
 	a, err := p.current()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ref := refOf(pod)
 	nsPath := podNetNS(pod)
 	if nsPath == "" {
 		log.Debugf(ctx, "nri-bridge: %s has no network namespace (host network), nothing to do", ref)
-		return nil
+		return nil, nil
 	}
 	ports, err := publishedPortsOf(a.settings, portMappingsOf(pod))
 	if err != nil {
-		return fmt.Errorf("nri-bridge: %s: %w", ref, err)
+		return nil, fmt.Errorf("nri-bridge: %s: %w", ref, err)
 	}
 	p.lifecycleMu.Lock()
 	defer p.lifecycleMu.Unlock()
@@ -298,7 +302,7 @@ func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 		alloc, created, err = a.store.Allocate(a.settings.Pools, ref, nsPath, wiring.HostVethName(ref.ID))
 	}
 	if err != nil {
-		return fmt.Errorf("nri-bridge: %s: %w", ref, err)
+		return nil, fmt.Errorf("nri-bridge: %s: %w", ref, err)
 	}
 	stored := time.Now()
 	err = a.net.Setup(alloc)
@@ -312,11 +316,14 @@ func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 				log.Errorf(ctx, "nri-bridge: undoing failed setup: %v", undoErr)
 			}
 		}
-		return fmt.Errorf("nri-bridge: %s: %w", ref, err)
+		return nil, fmt.Errorf("nri-bridge: %s: %w", ref, err)
 	}
 	log.Infof(ctx, "nri-bridge: %s: %s %v via %s, hostPorts %v (%s)", ref, a.settings.PodInterface, alloc.Addrs,
 		alloc.HostVeth, ports, timings{{"stored", stored.Sub(start)}, {"wired", time.Since(stored)}})
-	return nil
+	if a.settings.Secondary() {
+		return nil, nil
+	}
+	return &api.PodSandboxAdjustment{Network: &api.PodSandboxNetwork{Ips: addrsOf(alloc)}}, nil
 }
 
 // StopPodSandbox takes the pod off the network and removes its hostPorts, then deletes its veth
@@ -446,22 +453,11 @@ func (t timings) String() string {
 	return strings.Join(parts, ", ")
 }
 
-// podIPs are the pod's addresses, primary (IPv4 when both families are configured) first.
-func (p *plugin) podIPs(pod *api.PodSandbox) ([]string, error) {
-	a, err := p.current()
-	if err != nil {
-		return nil, err
-	}
-	alloc, err := a.store.Get(pod.GetId())
-	if err != nil {
-		return nil, fmt.Errorf("nri-bridge: %s: %w", refOf(pod), err)
-	}
-	if alloc == nil {
-		return nil, nil
-	}
+// addrsOf lists the allocation's addresses, in its order.
+func addrsOf(alloc *store.Allocation) []string {
 	ips := make([]string, 0, len(alloc.Addrs))
 	for _, addr := range alloc.Addrs {
 		ips = append(ips, addr.Addr().String())
 	}
-	return ips, nil
+	return ips
 }

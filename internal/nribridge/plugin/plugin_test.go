@@ -136,6 +136,22 @@ func hostNetworkPod(id string) *api.PodSandbox {
 	return &api.PodSandbox{Id: id, Linux: &api.LinuxPodSandbox{Namespaces: []*api.LinuxNamespace{{Type: "ipc"}}}}
 }
 
+// podIPs are the addresses the store holds for the pod, primary (IPv4 when both families are configured) first.
+func (p *plugin) podIPs(pod *api.PodSandbox) ([]string, error) {
+	a, err := p.current()
+	if err != nil {
+		return nil, err
+	}
+	alloc, err := a.store.Get(pod.GetId())
+	if err != nil {
+		return nil, fmt.Errorf("nri-bridge: %s: %w", refOf(pod), err)
+	}
+	if alloc == nil {
+		return nil, nil
+	}
+	return addrsOf(alloc), nil
+}
+
 func podIPsOK(t *testing.T, p *plugin, pod *api.PodSandbox) string {
 	t.Helper()
 	ips, err := p.podIPs(pod)
@@ -150,7 +166,7 @@ var ctx = context.Background()
 func TestRunPodSandboxWiresAndReports(t *testing.T) {
 	p, fake := newTestPlugin(t, testPodDoc(t, `ipv6: {subnet: "fd00:5::/64"}, ipv4: {subnet: 10.5.0.0/24}`))
 	pod := testPod("a")
-	if err := p.RunPodSandbox(ctx, pod); err != nil {
+	if _, err := p.RunPodSandbox(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
 	if !fake.isWired("a") || fake.wired[wiring.HostVethName("a")].NetNS != "/run/netns/a" {
@@ -160,13 +176,13 @@ func TestRunPodSandboxWiresAndReports(t *testing.T) {
 		t.Errorf("pod IPs %q", got)
 	}
 	// Replay: same addresses, nothing new allocated.
-	if err := p.RunPodSandbox(ctx, pod); err != nil {
+	if _, err := p.RunPodSandbox(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
 	if got := podIPsOK(t, p, pod); got != "10.5.0.2,fd00:5::2" {
 		t.Errorf("pod IPs after replay %q", got)
 	}
-	if err := p.RunPodSandbox(ctx, testPod("b")); err != nil {
+	if _, err := p.RunPodSandbox(ctx, testPod("b")); err != nil {
 		t.Fatal(err)
 	}
 	if got := podIPsOK(t, p, testPod("b")); got != "10.5.0.3,fd00:5::3" {
@@ -180,7 +196,7 @@ func TestRunPodSandboxWiresAndReports(t *testing.T) {
 func TestHostNetworkPodIsLeftAlone(t *testing.T) {
 	p, fake := newTestPlugin(t, testPodDoc(t, `ipv4: {subnet: 10.5.0.0/24}`))
 	pod := hostNetworkPod("h")
-	if err := p.RunPodSandbox(ctx, pod); err != nil {
+	if _, err := p.RunPodSandbox(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
 	if len(fake.wired) != 0 || podIPsOK(t, p, pod) != "" {
@@ -191,7 +207,7 @@ func TestHostNetworkPodIsLeftAlone(t *testing.T) {
 func TestRunPodSandboxFailureLeaksNothing(t *testing.T) {
 	p, fake := newTestPlugin(t, testPodDoc(t, `ipv4: {subnet: 10.5.0.0/30}`)) // one pod address
 	fake.setupErr = errors.New("netlink says no")
-	err := p.RunPodSandbox(ctx, testPod("a"))
+	_, err := p.RunPodSandbox(ctx, testPod("a"))
 	if err == nil || err.Error() != "nri-bridge: pod ns/name-a (sandbox a): netlink says no" {
 		t.Fatalf("got %v", err)
 	}
@@ -200,10 +216,10 @@ func TestRunPodSandboxFailureLeaksNothing(t *testing.T) {
 	}
 	// The single address was released: the next pod gets it.
 	fake.setupErr = nil
-	if err := p.RunPodSandbox(ctx, testPod("b")); err != nil {
+	if _, err := p.RunPodSandbox(ctx, testPod("b")); err != nil {
 		t.Fatal(err)
 	}
-	err = p.RunPodSandbox(ctx, testPod("c"))
+	_, err = p.RunPodSandbox(ctx, testPod("c"))
 	if err == nil || err.Error() != "nri-bridge: pod ns/name-c (sandbox c): no free IPv4 address in 10.5.0.0/30" {
 		t.Fatalf("exhausted pool: got %v", err)
 	}
@@ -215,11 +231,11 @@ func TestRunPodSandboxFailureLeaksNothing(t *testing.T) {
 func TestFailedReplayKeepsTheWiredPod(t *testing.T) {
 	p, fake := newTestPlugin(t, testPodDoc(t, `ipv4: {subnet: 10.5.0.0/24}`))
 	pod := testPod("a")
-	if err := p.RunPodSandbox(ctx, pod); err != nil {
+	if _, err := p.RunPodSandbox(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
 	fake.setupErr = errors.New("transient netlink error")
-	if err := p.RunPodSandbox(ctx, pod); err == nil {
+	if _, err := p.RunPodSandbox(ctx, pod); err == nil {
 		t.Fatal("replay with a failing setup succeeded")
 	}
 	if got := podIPsOK(t, p, pod); got != "10.5.0.2" || !fake.isWired("a") {
@@ -230,7 +246,7 @@ func TestFailedReplayKeepsTheWiredPod(t *testing.T) {
 func TestStopAndRemoveReleaseIdempotently(t *testing.T) {
 	p, fake := newTestPlugin(t, testPodDoc(t, `ipv4: {subnet: 10.5.0.0/30}`))
 	pod := testPod("a")
-	if err := p.RunPodSandbox(ctx, pod); err != nil {
+	if _, err := p.RunPodSandbox(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
 	fake.detachErr = errors.New("device busy")
@@ -263,7 +279,7 @@ func TestStopAndRemoveReleaseIdempotently(t *testing.T) {
 		t.Error("pod still wired or reported after stop")
 	}
 	// Remove without a stop (and without netns) releases too.
-	if err := p.RunPodSandbox(ctx, testPod("b")); err != nil {
+	if _, err := p.RunPodSandbox(ctx, testPod("b")); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.RemovePodSandbox(ctx, hostNetworkPod("b")); err != nil {
@@ -278,7 +294,7 @@ func TestStopAndRemoveReleaseIdempotently(t *testing.T) {
 func TestReleaseInFlightKeepsTheAddressUntilDone(t *testing.T) {
 	// A /30 holds one pod address.
 	p, fake := newTestPlugin(t, testPodDoc(t, `ipv4: {subnet: 10.5.0.0/30}`))
-	if err := p.RunPodSandbox(ctx, testPod("a")); err != nil {
+	if _, err := p.RunPodSandbox(ctx, testPod("a")); err != nil {
 		t.Fatal(err)
 	}
 	gate := make(chan struct{})
@@ -297,7 +313,10 @@ func TestReleaseInFlightKeepsTheAddressUntilDone(t *testing.T) {
 	}
 	// A pod that finds the pool exhausted waits for the release, then gets the address.
 	started := make(chan error, 1)
-	go func() { started <- p.RunPodSandbox(ctx, testPod("b")) }()
+	go func() {
+		_, err := p.RunPodSandbox(ctx, testPod("b"))
+		started <- err
+	}()
 	select {
 	case err := <-started:
 		t.Fatalf("pod b started (%v) while the only address was still a's", err)
@@ -316,7 +335,7 @@ func TestSynchronizeReconciles(t *testing.T) {
 	doc := testPodDoc(t, `ipv4: {subnet: 10.5.0.0/24}`)
 	p, fake := newTestPlugin(t, doc)
 	for _, id := range []string{"live", "gone", "netns-gone", "stuck"} {
-		if err := p.RunPodSandbox(ctx, testPod(id)); err != nil {
+		if _, err := p.RunPodSandbox(ctx, testPod(id)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -358,7 +377,7 @@ func TestSynchronizeKeepsUnlistedPodWithNetNS(t *testing.T) {
 	}
 	pod := testPod("unknown-state")
 	pod.Linux.Namespaces = []*api.LinuxNamespace{{Type: "network", Path: netns}}
-	if err := p.RunPodSandbox(ctx, pod); err != nil {
+	if _, err := p.RunPodSandbox(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
 
@@ -451,7 +470,8 @@ func TestConcurrentPodStartsGetDistinctAddresses(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			pod := testPod(fmt.Sprint("p", i))
-			errs <- p.RunPodSandbox(ctx, pod)
+			_, err := p.RunPodSandbox(ctx, pod)
+			errs <- err
 			// Status queries run alongside the lifecycle events.
 			if _, err := p.podIPs(pod); err != nil {
 				errs <- err

@@ -60,7 +60,7 @@ func TestNetnsServiceHairpin(t *testing.T) {
 	requireRoot(t)
 	p, s := newNetnsPlugin(t)
 	pod, _ := newNetns(t, "endpoint")
-	if err := p.RunPodSandbox(ctx, pod); err != nil {
+	if _, err := p.RunPodSandbox(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
 	ips := strings.Split(podIPsOK(t, p, pod), ",")

@@ -1,0 +1,62 @@
+package plugin
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// nri-bridge reports a pod's addresses in its RunPodSandbox answer, IPv4 first when both families
+// are configured; a pod it does not network (host network) gets no adjustment.
+func TestRunPodSandboxAnswer(t *testing.T) {
+	for _, tc := range []struct{ subnets, ips string }{
+		{`ipv6: {subnet: "fd00:5::/64"}, ipv4: {subnet: 10.5.0.0/24}`, "10.5.0.2,fd00:5::2"},
+		{`ipv4: {subnet: 10.5.0.0/24}`, "10.5.0.2"},
+		{`ipv6: {subnet: "fd00:5::/64"}`, "fd00:5::2"},
+	} {
+		p, _ := newTestPlugin(t, testPodDoc(t, tc.subnets))
+		adjust, err := p.RunPodSandbox(ctx, testPod("a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(adjust.GetNetwork().GetIps(), ","); got != tc.ips {
+			t.Errorf("%s: RunPodSandbox answers IPs %q, want %q", tc.subnets, got, tc.ips)
+		}
+		// A replay answers the same addresses.
+		if adjust, err = p.RunPodSandbox(ctx, testPod("a")); err != nil || strings.Join(adjust.GetNetwork().GetIps(), ",") != tc.ips {
+			t.Errorf("%s: replayed RunPodSandbox answers %v, %v; want %q", tc.subnets, adjust, err, tc.ips)
+		}
+		if adjust, err := p.RunPodSandbox(ctx, hostNetworkPod("h")); err != nil || adjust != nil {
+			t.Errorf("host-network pod: %v, %v; want no adjustment", adjust, err)
+		}
+	}
+}
+
+// On a secondary interface the pod's IPs are the pod network's: nri-bridge reports none of them.
+func TestRunPodSandboxSecondaryInterfaceReportsNoIP(t *testing.T) {
+	p, _ := newTestPlugin(t, testPodDoc(t, `interface: net1, ipv4: {subnet: 10.5.0.0/24}`))
+	adjust, err := p.RunPodSandbox(ctx, testPod("a"))
+	if err != nil || adjust != nil {
+		t.Errorf("pod a on a secondary interface: %v, %v; want no adjustment", adjust, err)
+	}
+	if ips := podIPsOK(t, p, testPod("a")); ips != "10.5.0.2" {
+		t.Fatalf("pod a has addresses %q, want 10.5.0.2", ips)
+	}
+}
+
+// Through NRI, the runtime learns the pod's IPs from RunPodSandbox, and nri-bridge is not
+// subscribed to status queries: they make no call to it.
+func TestRunPodSandboxAnswerThroughNRI(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "nri.sock")
+	p, _ := newTestPlugin(t, testPodDoc(t, `ipv4: {subnet: 10.5.0.0/24}, ipv6: {subnet: "fd00:5::/64"}`))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go runStandalone(ctx, p, socket, "bridge", "10")
+
+	rt := startFakeRuntime(t, socket, "")
+	rt.expect(t, "synced")
+	rt.ask(t, "runips a", "ip=10.5.0.2 additional=[fd00:5::2] owners=[10.5.0.2@10-bridge fd00:5::2@10-bridge] noips=[]")
+	rt.ask(t, "status a", "result <nil>")
+	rt.do(t, "stop a")
+}
