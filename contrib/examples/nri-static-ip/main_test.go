@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -167,5 +168,20 @@ func TestAnswersStatusAfterARestart(t *testing.T) {
 	r.connect(newPlugin(true))
 	if result := r.status("a"); result == nil || result.IP != ip || len(result.NoAnswer) != 0 {
 		t.Errorf("status of pod a after a restart: %+v, want %s", result, ip)
+	}
+}
+
+// docs/plugin-authors.md shows this plugin: its copy must be this file.
+func TestDocumentedCopyIsThePlugin(t *testing.T) {
+	doc, err := os.ReadFile("../../../docs/plugin-authors.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, err := os.ReadFile("main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), "```go\n"+string(code)+"```\n") {
+		t.Error("docs/plugin-authors.md does not show contrib/examples/nri-static-ip/main.go as it is")
 	}
 }
