@@ -108,8 +108,8 @@ func defaultRouteDevs(t *testing.T, ctx context.Context, h *harness.Harness, con
 }
 
 // nri-bridge built with knext's stub on pristine upstream containerd, as a secondary network on
-// net1 next to CNI's eth0: it registers (without PodSandboxStatus, with one warning), wires every
-// pod, tears the pods down and releases their addresses; CRI shows CNI's IP alone.
+// net1 next to CNI's eth0: it registers (it subscribes to no event upstream lacks: no warning),
+// wires every pod, tears the pods down and releases their addresses; CRI shows CNI's IP alone.
 func TestUpstreamContainerdRunsNRIBridgeNextToCNI(t *testing.T) {
 	t.Parallel()
 	h, ctx := startHarness(t, harness.Options{Containerd: upstreamContainerd(t)})
@@ -120,10 +120,10 @@ func TestUpstreamContainerdRunsNRIBridgeNextToCNI(t *testing.T) {
 	}
 	b := startSecondaryBridge(t, ctx, h)
 
-	// Registered: one warning in the plugin's log, no refusal in containerd's.
+	// Registered: no warning in the plugin's log, no refusal in containerd's.
 	warning := stubLeavesOutStatus(runtime, nriBridgeName)
-	if got := logLines(t, b.process.LogPath, warning); len(got) != 1 {
-		t.Errorf("nri-bridge logged %q %d times, want once\n%s", warning, len(got), processLog(b.process))
+	if got := logLines(t, b.process.LogPath, warning); len(got) != 0 {
+		t.Errorf("nri-bridge logged %q %d times, want never\n%s", warning, len(got), processLog(b.process))
 	}
 	registration := logLines(t, h.LogPath, nriBridgeName)
 	for _, want := range []string{"registered as", "connected and synchronized"} {
@@ -259,5 +259,41 @@ func TestUpstreamContainerdWithoutCNIStartsNoPod(t *testing.T) {
 	}
 	if wired := logLines(t, bridge.LogPath, "via nbr"); len(wired) != 0 {
 		t.Errorf("nri-bridge wired a pod: %v", wired)
+	}
+}
+
+// On pristine upstream containerd, a plugin built with knext's stub that reports IPs in its
+// RunPodSandbox answer registers and gets the pod's events; the answer is ignored there: CRI shows
+// CNI's IP alone. A status plugin next to it registers without PodSandboxStatus, with one warning.
+func TestUpstreamContainerdIgnoresRunPodSandboxAnswers(t *testing.T) {
+	t.Parallel()
+	h, ctx := startHarness(t, harness.Options{Containerd: upstreamContainerd(t)})
+	wantUpstream(t, ctx, h, true)
+	runtime, err := h.Runtime.Version(ctx, &criruntime.VersionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reporter := startRunReporter(t, ctx, h, "10", "reporter")
+	status := startTestPlugin(t, ctx, h, "20", "status")
+	warning := stubLeavesOutStatus(runtime, status.nriName())
+	if got := logLines(t, status.process.LogPath, warning); len(got) != 1 {
+		t.Errorf("the status plugin logged %q %d times, want once\n%s", warning, len(got), processLog(status.process))
+	}
+	if refused := logLines(t, h.LogPath, "invalid plugin events"); len(refused) != 0 {
+		t.Errorf("containerd refused a plugin: %v", refused)
+	}
+
+	id := runPod(t, ctx, h, annotatedPodConfig(h, "ignored", map[string]string{
+		runIPsAnnotation("reporter"): "10.99.0.7", annotationIP: "10.99.0.8",
+	}))
+	cniIP := cniIPOf(t, h, id)
+	if got := statusIPs(podStatus(t, ctx, h, id)); !slices.Equal(got, []string{cniIP}) {
+		t.Errorf("pod %s reports IPs %v on upstream containerd, want CNI's %s alone", id, got, cniIP)
+	}
+	if events := reporter.events(t, id); len(events) != 1 || events[0].Event != "RunPodSandbox" {
+		t.Errorf("the reporter got %+v for pod %s, want its RunPodSandbox", events, id)
+	}
+	if calls := status.calls(t, id); calls != 0 {
+		t.Errorf("upstream containerd asked the status plugin %d times", calls)
 	}
 }
