@@ -309,3 +309,35 @@ func TestRunPodSandboxAnswerAndStatusAnswerMerge(t *testing.T) {
 	status.behave(t, "", behaveReport("10.77.0.1"))
 	wantErrorNaming(t, podStatusError(t, ctx, h, id), "plugin 10-status reports 10.77.0.1, plugin 20-reporter reports 10.99.0.7")
 }
+
+// One IP, one pod: a plugin reporting at RunPodSandbox, for a new pod, the IP a running pod holds
+// fails the new pod's RunPodSandbox naming both pods, and leaves it nothing; once the first pod
+// is gone, the IP can be reported again.
+func TestRunPodSandboxAnswerWithAnotherPodsIP(t *testing.T) {
+	t.Parallel()
+	h, ctx := startHarness(t, harness.Options{ExtraConfig: cniDisabled, SkipNetworkReadyWait: true})
+	startRunReporter(t, ctx, h, "10", "reporter")
+	same := map[string]string{runIPsAnnotation("reporter"): "10.99.0.7"}
+	first := runPod(t, ctx, h, annotatedPodConfig(h, "first", same))
+	_, err := h.Runtime.RunPodSandbox(ctx, &criruntime.RunPodSandboxRequest{Config: annotatedPodConfig(h, "second", same)})
+	if err == nil {
+		t.Fatal("RunPodSandbox of a second pod with the first one's IP succeeded")
+	}
+	wantErrorNaming(t, err, "NRI plugin 10-reporter reports IP 10.99.0.7 for pod sandbox", harness.PodNamespace+"/second",
+		`pod sandbox "`+first+`" (`+harness.PodNamespace+"/first) holds it")
+	pods, err := h.Runtime.ListPodSandbox(ctx, &criruntime.ListPodSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 1 || pods.Items[0].Id != first {
+		t.Errorf("pods after the refused one: %v, want %s alone", pods.Items, first)
+	}
+
+	if _, err := h.Runtime.StopPodSandbox(ctx, &criruntime.StopPodSandboxRequest{PodSandboxId: first}); err != nil {
+		t.Fatal(err)
+	}
+	second := runPod(t, ctx, h, annotatedPodConfig(h, "second", same))
+	if ips := statusIPs(podStatus(t, ctx, h, second)); !slices.Equal(ips, []string{"10.99.0.7"}) {
+		t.Errorf("pod %s reports %v once the first pod stopped, want 10.99.0.7", second, ips)
+	}
+}
