@@ -295,7 +295,7 @@ func TestRunPodSandboxAnswerAndStatusAnswerMerge(t *testing.T) {
 	reporter := startRunReporter(t, ctx, h, "20", "reporter")
 	status := startTestPlugin(t, ctx, h, "10", "status")
 	id := runPod(t, ctx, h, annotatedPodConfig(h, "merged", map[string]string{
-		runIPsAnnotation("reporter"): "10.99.0.7,fd99::7",
+		runIPsAnnotation("reporter"):                 "10.99.0.7,fd99::7",
 		pluginAnnotation("status", "additional-ips"): "10.77.0.2",
 	}))
 	cniIP := cniIPOf(t, h, id)
