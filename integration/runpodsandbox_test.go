@@ -157,7 +157,7 @@ func nriInvocations(t *testing.T, address, nriName, operation string) int {
 // a plugin restart; the plugin, not subscribed to PodSandboxStatus, is never asked for status;
 // and every plugin sees the pod's IPs, as CRI reports them, in every event: RunPodSandbox after
 // the reporter, container events, Synchronize (a plugin joining late, and after a containerd
-// restart), StopPodSandbox and RemovePodSandbox.
+// restart), UpdatePodSandbox, StopPodSandbox and RemovePodSandbox.
 func TestRunPodSandboxAnswerIPs(t *testing.T) {
 	t.Parallel()
 	for _, cniLess := range []bool{false, true} {
@@ -236,13 +236,18 @@ func TestRunPodSandboxAnswerIPs(t *testing.T) {
 				t.Errorf("NRI called the reporter %d times for PodSandboxStatus after the restart, want 0", calls)
 			}
 
+			if _, err := h.Runtime.UpdatePodSandboxResources(ctx, &criruntime.UpdatePodSandboxResourcesRequest{
+				PodSandboxId: id, Resources: &criruntime.LinuxContainerResources{CpuShares: 512},
+			}); err != nil {
+				t.Fatal(err)
+			}
 			if _, err := h.Runtime.StopPodSandbox(ctx, &criruntime.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := h.Runtime.RemovePodSandbox(ctx, &criruntime.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
 				t.Fatal(err)
 			}
-			observer.wantEventsWithIPs(t, id, seen, ips, "StopPodSandbox", "RemovePodSandbox")
+			observer.wantEventsWithIPs(t, id, seen, ips, "UpdatePodSandbox", "StopContainer", "RemoveContainer", "StopPodSandbox", "RemovePodSandbox")
 		})
 	}
 }

@@ -88,6 +88,11 @@ func (r *reporter) RemoveContainer(_ context.Context, pod *api.PodSandbox, _ *ap
 	return nil
 }
 
+func (r *reporter) UpdatePodSandbox(_ context.Context, pod *api.PodSandbox, _, _ *api.LinuxResources) error {
+	r.observe("UpdatePodSandbox", pod)
+	return nil
+}
+
 func (r *reporter) StopPodSandbox(_ context.Context, pod *api.PodSandbox) error {
 	r.observe("StopPodSandbox", pod)
 	return nil
