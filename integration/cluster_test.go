@@ -38,7 +38,7 @@ import (
 
 	"github.com/knext-dev/knext/contrib/cluster"
 	"github.com/knext-dev/knext/contrib/images/testimages"
-	"github.com/knext-dev/knext/integration/harness"
+	"github.com/knext-dev/knext/internal/harness"
 )
 
 const (

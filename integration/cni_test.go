@@ -11,7 +11,7 @@ import (
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/knext-dev/knext/contrib/images/testimages"
-	"github.com/knext-dev/knext/integration/harness"
+	"github.com/knext-dev/knext/internal/harness"
 )
 
 // allocationFile is where host-local records that ip is allocated.

@@ -13,7 +13,7 @@ import (
 
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/integration/harness"
+	"github.com/knext-dev/knext/internal/harness"
 )
 
 // noIPError is how a CNI-less RunPodSandbox fails when no NRI plugin gave the pod an IP

@@ -18,19 +18,20 @@ import (
 
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/integration/harness"
+	"github.com/knext-dev/knext/internal/harness"
 )
 
 // nriBridgeName is nri-bridge's NRI name with its default -idx and -name.
-const nriBridgeName = "10-bridge"
+const nriBridgeName = "10-" + harness.NRIBridgePlugin
 
-// cniDisabled is the daemon configuration of a CNI-less node.
-const cniDisabled = "[plugins.'io.containerd.cri.v1.runtime'.cni]\ndisable_cni = true\n"
+// cniDisabled is the daemon configuration of a CNI-less node without network_plugin: NetworkReady
+// follows any plugin subscribed to PodSandboxStatus.
+var cniDisabled = harness.CNILessConfig("")
 
 // cniLessBridge is the daemon configuration of a CNI-less node whose pod network is nri-bridge:
 // NetworkReady follows it (it reports pods' IPs at RunPodSandbox only, which is no subscription
 // to PodSandboxStatus).
-const cniLessBridge = cniDisabled + "network_plugin = \"bridge\"\n"
+var cniLessBridge = harness.CNILessConfig(harness.NRIBridgePlugin)
 
 // nriAtRunPodSandbox is how verbose status shows an IP a plugin reported in its RunPodSandbox
 // answer, as nri-bridge does.
@@ -102,31 +103,20 @@ type cniLessNode struct {
 // an IPv6 /64 derived from it.
 func ipv4Subnet(h *harness.Harness) string { return h.Subnet.String() }
 
-func ipv6Subnet(h *harness.Harness) string {
-	return fmt.Sprintf("fd6b:6e78:%d:%d::/64", h.Subnet.IP.To4()[1], h.Subnet.IP.To4()[2])
-}
+func ipv6Subnet(h *harness.Harness) string { return h.NRIBridgeIPv6Subnet() }
 
-// cniLessConfig is the daemon configuration of a CNI-less node whose NetworkReady follows the NRI
-// plugin networkPlugin (network_plugin), or any subscribed plugin if networkPlugin is "".
-func cniLessConfig(networkPlugin string) string {
-	if networkPlugin == "" {
-		return cniDisabled
-	}
-	return cniDisabled + fmt.Sprintf("network_plugin = %q\n", networkPlugin)
-}
-
-// startCNILessNode starts a CNI-less containerd whose NetworkReady follows nri-bridge; subnets
-// gives nri-bridge's subnet flags (e.g. "-ipv4-subnet", ipv4Subnet(h)) once the harness exists.
+// startCNILessNode starts a CNI-less containerd whose network nri-bridge provides; subnets gives
+// nri-bridge's subnet flags (e.g. "-ipv4-subnet", ipv4Subnet(h)) once the harness exists.
 // nri-bridge is not started.
 func startCNILessNode(t *testing.T, subnets func(h *harness.Harness) []string) *cniLessNode {
 	t.Helper()
-	return startCNILessNodeFollowing(t, "bridge", subnets)
+	return startCNILessNodeFollowing(t, harness.NRIBridgePlugin, subnets)
 }
 
-// startCNILessNodeFollowing is startCNILessNode with network_plugin = networkPlugin.
+// startCNILessNodeFollowing is startCNILessNode with network_plugin = networkPlugin (none if "").
 func startCNILessNodeFollowing(t *testing.T, networkPlugin string, subnets func(h *harness.Harness) []string) *cniLessNode {
 	t.Helper()
-	return startCNILessNodeWith(t, harness.Options{ExtraConfig: cniLessConfig(networkPlugin)}, subnets)
+	return startCNILessNodeWith(t, harness.Options{ExtraConfig: harness.CNILessConfig(networkPlugin)}, subnets)
 }
 
 // startCNILessNodeWith is startCNILessNode with opts for the harness (ExtraConfig holds the
@@ -136,9 +126,7 @@ func startCNILessNodeWith(t *testing.T, opts harness.Options, subnets func(h *ha
 	binDir, invocations := recordingCNIBinDir(t)
 	opts.SkipNetworkReadyWait, opts.CNIBinDir = true, binDir
 	h, ctx := startHarness(t, opts)
-	args := append([]string{"-nri-socket", h.NRISocket, "-bridge", h.Bridge,
-		"-state-dir", filepath.Join(h.Root, "nri-bridge-state")}, subnets(h)...)
-	n := &cniLessNode{h: h, ctx: ctx, invocations: invocations, bridgeArgs: args}
+	n := &cniLessNode{h: h, ctx: ctx, invocations: invocations, bridgeArgs: h.NRIBridgeArgs(subnets(h)...)}
 	t.Cleanup(func() {
 		if calls := cniInvocations(t, invocations); len(calls) > 0 {
 			t.Errorf("CNI plugins ran with disable_cni = true: %v", calls)
@@ -154,12 +142,11 @@ func dualStack(h *harness.Harness) []string {
 // startBridge starts nri-bridge and waits until it provides the network (NetworkReady).
 func (n *cniLessNode) startBridge(t *testing.T) {
 	t.Helper()
-	p, err := n.h.StartProcess("nri-bridge", nriBridgePath(t), n.bridgeArgs...)
+	p, err := n.h.StartNRIBridge(n.ctx, nriBridgePath(t), n.bridgeArgs...)
+	n.bridge = p
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.bridge = p
-	n.waitNetworkReady(t, true)
 }
 
 // killBridge SIGKILLs nri-bridge, as a crash would, and waits until the network is not ready.
@@ -173,7 +160,7 @@ func (n *cniLessNode) killBridge(t *testing.T) {
 }
 
 func (n *cniLessNode) bridgeLog() string {
-	data, err := os.ReadFile(filepath.Join(n.h.Root, "nri-bridge.log"))
+	data, err := os.ReadFile(filepath.Join(n.h.Root, harness.NRIBridgeProcess+".log"))
 	if err != nil {
 		return fmt.Sprintf("(no nri-bridge log: %v)", err)
 	}
@@ -183,32 +170,18 @@ func (n *cniLessNode) bridgeLog() string {
 // networkCondition returns the NetworkReady condition of CRI Status.
 func networkCondition(t *testing.T, ctx context.Context, h *harness.Harness) *criruntime.RuntimeCondition {
 	t.Helper()
-	resp, err := h.Runtime.Status(ctx, &criruntime.StatusRequest{})
+	cond, err := h.NetworkCondition(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range resp.GetStatus().GetConditions() {
-		if c.Type == criruntime.NetworkReady {
-			return c
-		}
-	}
-	t.Fatalf("CRI Status has no %s condition: %v", criruntime.NetworkReady, resp.GetStatus().GetConditions())
-	return nil
+	return cond
 }
 
-// waitNetworkReady waits up to 30 s for NetworkReady to become want.
+// waitNetworkReady waits for NetworkReady to become want.
 func (n *cniLessNode) waitNetworkReady(t *testing.T, want bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		cond := networkCondition(t, n.ctx, n.h)
-		if cond.Status == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("NetworkReady is still %v after 30s (reason %q: %s), want %v\n%s", cond.Status, cond.Reason, cond.Message, want, n.bridgeLog())
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := n.h.WaitNetworkReady(n.ctx, want, harness.NetworkReadyTimeout); err != nil {
+		t.Fatalf("%v\n%s", err, n.bridgeLog())
 	}
 }
 
@@ -728,7 +701,7 @@ func TestCNILessFirstContainerEventsCarryPodIPs(t *testing.T) {
 func (n *cniLessNode) preinstallBridge(t *testing.T) {
 	t.Helper()
 	config := fmt.Sprintf("bridge: %s\nstateDir: %s\nipv4:\n  subnet: %s\nipv6:\n  subnet: %s\n",
-		n.h.Bridge, filepath.Join(n.h.Root, "nri-bridge-state"), ipv4Subnet(n.h), ipv6Subnet(n.h))
+		n.h.Bridge, n.h.NRIBridgeStateDir(), ipv4Subnet(n.h), ipv6Subnet(n.h))
 	if err := os.WriteFile(filepath.Join(n.h.NRIPluginConfigDir, nriBridgeName+".conf"), []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,7 +17,7 @@ import (
 	"github.com/google/nftables/userdata"
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/integration/harness"
+	"github.com/knext-dev/knext/internal/harness"
 	"github.com/knext-dev/knext/internal/netnstest"
 )
 
@@ -280,7 +279,7 @@ func TestCNILessHostPortsSurviveRestarts(t *testing.T) {
 		t.Fatalf("nri-bridge -cleanup: %v\n%s", err, out)
 	}
 	for _, want := range []string{"of pod " + harness.PodNamespace + "/late (sandbox " + late.id + ")", "removed nftables table inet nri-bridge-" + n.h.Bridge,
-		"removed bridge " + n.h.Bridge, "removed " + filepath.Join(n.h.Root, "nri-bridge-state")} {
+		"removed bridge " + n.h.Bridge, "removed " + n.h.NRIBridgeStateDir()} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("nri-bridge -cleanup said:\n%s\nwant a line with %q", out, want)
 		}
@@ -291,7 +290,7 @@ func TestCNILessHostPortsSurviveRestarts(t *testing.T) {
 	if ports, err := n.h.BridgePorts(); err == nil {
 		t.Errorf("bridge %s is left after -cleanup, with ports %v", n.h.Bridge, ports)
 	}
-	if _, err := os.Stat(filepath.Join(n.h.Root, "nri-bridge-state")); !os.IsNotExist(err) {
+	if _, err := os.Stat(n.h.NRIBridgeStateDir()); !os.IsNotExist(err) {
 		t.Errorf("nri-bridge's state directory after -cleanup: %v", err)
 	}
 }

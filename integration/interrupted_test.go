@@ -18,7 +18,7 @@ import (
 
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/integration/harness"
+	"github.com/knext-dev/knext/internal/harness"
 )
 
 // Pods started 8 at a time while an NRI network plugin is killed and containerd restarts: every

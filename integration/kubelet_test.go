@@ -28,8 +28,8 @@ import (
 
 	"github.com/knext-dev/knext/contrib/images/testimages"
 	nribridge "github.com/knext-dev/knext/contrib/nri-bridge"
-	"github.com/knext-dev/knext/integration/harness"
 	"github.com/knext-dev/knext/integration/kubelet"
+	"github.com/knext-dev/knext/internal/harness"
 )
 
 // kubeletTestTimeout bounds one kubelet scenario; the suite's go test -timeout is larger.
@@ -561,7 +561,7 @@ func (n *kubeletNode) nriBridgeStaticPod(t *testing.T) *corev1.Pod {
 	container := &pod.Spec.Containers[0]
 	container.Image = image
 	configDir := filepath.Join(n.h.Root, "nri-bridge-config")
-	stateDir := filepath.Join(n.h.Root, "nri-bridge-state")
+	stateDir := n.h.NRIBridgeStateDir()
 	for _, dir := range []string{configDir, stateDir, n.h.NetNSDir} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
@@ -603,16 +603,8 @@ func (n *kubeletNode) nriBridgeStaticPod(t *testing.T) *corev1.Pod {
 // waitNetworkReady waits until CRI's NetworkReady condition is want.
 func (n *kubeletNode) waitNetworkReady(t *testing.T, want bool) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		cond := networkCondition(t, n.ctx, n.h)
-		if cond.Status == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("NetworkReady is still %v after a minute (%s: %s), want %v", cond.Status, cond.Reason, cond.Message, want)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := n.h.WaitNetworkReady(n.ctx, want, time.Minute); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -791,7 +783,7 @@ func TestKubeletSecondStatusPluginFailsOrIsSlow(t *testing.T) {
 	n.addStaticPods(t, n.nriBridgeStaticPod(t))
 	n.waitRunning(t, bridge)
 	n.waitNetworkReady(t, true)
-	// Connected after nri-bridge: alone, it would make the network ready and fail every pod start.
+	// Connected after nri-bridge, the network_plugin that alone makes the network ready.
 	flaky := startTestPlugin(t, n.ctx, n.h, "60", "flaky")
 
 	written := n.addStaticPods(t, appPod("a", nil), appPod("b", nil))

@@ -9,7 +9,7 @@ import (
 
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/integration/harness"
+	"github.com/knext-dev/knext/internal/harness"
 )
 
 // testTimeout bounds each test's CRI calls; the go test -timeout should be larger.

@@ -11,7 +11,7 @@ import (
 
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/integration/harness"
+	"github.com/knext-dev/knext/internal/harness"
 )
 
 // maxPodIPsPerAnswer is NRI's limit of the IPs one plugin may report for a pod.
@@ -78,7 +78,8 @@ func TestPluginAnswerOverTheIPLimit(t *testing.T) {
 
 	t.Run("CNI-less", func(t *testing.T) {
 		t.Parallel()
-		n := startCNILessNode(t, dualStack)
+		// The test plugin is the network: NetworkReady follows any plugin.
+		n := startCNILessNodeFollowing(t, "", dualStack)
 		plugin := startTestPlugin(t, n.ctx, n.h, "10", "flood")
 		plugin.behave(t, "", behaveFlood(20000))
 		_, err := n.h.Runtime.RunPodSandbox(n.ctx, &criruntime.RunPodSandboxRequest{Config: n.h.PodConfig("flood")})

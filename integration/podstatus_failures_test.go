@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/integration/harness"
+	"github.com/knext-dev/knext/internal/harness"
 )
 
 // containerEvents collects the CRI container events (GetContainerEvents) of a harness.

@@ -18,7 +18,7 @@ import (
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/knext-dev/knext/contrib/images/testimages"
-	"github.com/knext-dev/knext/integration/harness"
+	"github.com/knext-dev/knext/internal/harness"
 )
 
 // podNetworkInfoKey is the verbose PodSandboxStatus info entry that shows where a pod's IPs come
@@ -814,7 +814,8 @@ func TestPodStatusKubeletPicksThePrimaryNetwork(t *testing.T) {
 func TestPodStatusWithoutIPIsUpstreams(t *testing.T) {
 	t.Parallel()
 	upstream := upstreamContainerd(t)
-	n := startCNILessNode(t, func(*harness.Harness) []string { return nil })
+	// The test plugin is the network: NetworkReady follows any plugin.
+	n := startCNILessNodeFollowing(t, "", func(*harness.Harness) []string { return nil })
 	h, ctx := n.h, n.ctx
 	plugin := startTestPlugin(t, ctx, h, "10", "net")
 	id := runPod(t, ctx, h, annotatedPodConfig(h, "no-ip", map[string]string{annotationIP: "192.0.2.170"}))

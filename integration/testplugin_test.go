@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/knext-dev/knext/integration/harness"
+	"github.com/knext-dev/knext/internal/harness"
 )
 
 // builtBinaries is the directory of the binaries the tests build, shared by the tests of one

@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -14,7 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/integration/harness"
+	"github.com/knext-dev/knext/internal/harness"
 )
 
 // Pristine upstream containerd 2.4.2 (make upstream) runs NRI v0.12.3, which does not know
@@ -47,7 +46,7 @@ func startSecondaryBridge(t *testing.T, ctx context.Context, h *harness.Harness)
 		ipv4:   fmt.Sprintf("10.%d.%d.0/24", 176+int(octets[1])-240, octets[2]),
 		ipv6:   fmt.Sprintf("fd6b:6e79:%d:%d::/64", octets[1], octets[2]),
 	}
-	b.args = []string{"-bridge", b.bridge, "-state-dir", filepath.Join(h.Root, "nri-bridge-state"),
+	b.args = []string{"-bridge", b.bridge, "-state-dir", h.NRIBridgeStateDir(),
 		"-ipv4-subnet", b.ipv4, "-ipv6-subnet", b.ipv6, "-interface", "net1"}
 	// The bridge is the test's own: remove it even if the test fails before -cleanup does.
 	t.Cleanup(func() {
@@ -234,8 +233,7 @@ func TestUpstreamContainerdWithoutCNIStartsNoPod(t *testing.T) {
 		ExtraConfig: fmt.Sprintf("[plugins.'io.containerd.cri.v1.runtime'.cni]\nconf_dir = %q\n", emptyConfDir)})
 	wantUpstream(t, ctx, h, true)
 	connected := nriConnections(t, h, nriBridgeName)
-	bridge, err := h.StartProcess("nri-bridge", nriBridgePath(t), "-nri-socket", h.NRISocket, "-bridge", h.Bridge,
-		"-state-dir", filepath.Join(h.Root, "nri-bridge-state"), "-ipv4-subnet", ipv4Subnet(h))
+	bridge, err := h.StartProcess(harness.NRIBridgeProcess, nriBridgePath(t), h.NRIBridgeArgs("-ipv4-subnet", ipv4Subnet(h))...)
 	if err != nil {
 		t.Fatal(err)
 	}

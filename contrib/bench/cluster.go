@@ -23,6 +23,7 @@ import (
 
 	"github.com/knext-dev/knext/contrib/cluster"
 	"github.com/knext-dev/knext/contrib/images/testimages"
+	"github.com/knext-dev/knext/internal/harness"
 )
 
 // ClusterRun is one rollout of a Deployment of -cluster-pods pods on one cluster: from its
@@ -177,7 +178,7 @@ func (bc *benchCluster) rollout(ctx context.Context, pods, round int) (*ClusterR
 		switch {
 		// The NRI name of a plugin is <index>-<name>.
 		case t.Plugin == cniTimer && t.Operation == "set_up_pod",
-			strings.HasSuffix(t.Plugin, "-"+cluster.NRIBridgePluginName) && t.Operation == "RunPodSandbox":
+			strings.HasSuffix(t.Plugin, "-"+harness.NRIBridgePlugin) && t.Operation == "RunPodSandbox":
 			run.NetworkMs += t.MeanMs
 		case t.Plugin == kubeletTimer && t.Operation == "run_podsandbox":
 			run.RunPodSandboxMs = t.MeanMs

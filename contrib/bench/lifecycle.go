@@ -15,7 +15,7 @@ import (
 
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/integration/harness"
+	"github.com/knext-dev/knext/internal/harness"
 )
 
 // lifecycleWidths are the concurrencies of the pod lifecycle measurement.
@@ -156,7 +156,7 @@ func (in *instance) bridgeLog() string {
 	if !in.c.bridged() {
 		return ""
 	}
-	return filepath.Join(in.h.Root, bridgeProcessName+".log")
+	return filepath.Join(in.h.Root, harness.NRIBridgeProcess+".log")
 }
 
 func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
@@ -397,54 +397,13 @@ func parseCNITrace(lines *bufio.Scanner, pods int) (*CNITrace, error) {
 	return t, nil
 }
 
-// waitNetworkReady polls CRI Status until NetworkReady is true (a CNI-less node's network plugin
-// has connected).
-func (in *instance) waitNetworkReady(ctx context.Context) error {
-	deadline := time.Now().Add(30 * time.Second)
-	var last string
-	for {
-		resp, err := in.h.Runtime.Status(ctx, &criruntime.StatusRequest{})
-		if err == nil {
-			for _, c := range resp.GetStatus().GetConditions() {
-				if c.Type == criruntime.NetworkReady {
-					if c.Status {
-						return nil
-					}
-					last = c.Reason + ": " + c.Message
-				}
-			}
-		} else {
-			last = err.Error()
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("NetworkReady still false after 30 s (%s)", last)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
-// bridgeProcessName names nri-bridge's process (and its log, Root/<name>.log) in a harness.
-const bridgeProcessName = "nri-bridge"
-
-// startBridge starts nri-bridge as the pod network of a CNI-less instance, on the instance's own
-// bridge, subnet and state directory, and waits until containerd reports the network ready. It
-// returns the process also on error, for the caller to stop.
+// startBridge starts nri-bridge as the pod network of a CNI-less instance and waits until
+// containerd reports the network ready. It returns the process also on error, for the caller to
+// stop.
 func (in *instance) startBridge(ctx context.Context) (*harness.Process, error) {
 	binary := in.s.Bridge
 	if in.c.BaselineBridge {
 		binary = in.s.BaseBridge
 	}
-	p, err := in.h.StartProcess(bridgeProcessName, binary, "-nri-socket", in.h.NRISocket, "-bridge", in.h.Bridge,
-		"-state-dir", filepath.Join(in.h.Root, "nri-bridge-state"), "-ipv4-subnet", in.h.Subnet.String())
-	if err != nil {
-		return nil, err
-	}
-	if err := in.waitNetworkReady(ctx); err != nil {
-		return p, fmt.Errorf("nri-bridge: %w\n%s", err, fileTail(p.LogPath, 20))
-	}
-	return p, nil
+	return in.h.StartNRIBridge(ctx, binary, in.h.NRIBridgeArgs("-ipv4-subnet", in.h.Subnet.String())...)
 }

@@ -3,7 +3,7 @@
 // C7), pod starts and removals with CNI and CNI-less, the status query beyond the raw round
 // trip to its plugin, and restarts and status sweeps with many pods.
 //
-// Every configuration has its own harness instance (integration/harness) with N running pods,
+// Every configuration has its own harness instance (internal/harness) with N running pods,
 // set up once; the daemon of a configuration runs only while it is measured, with the plugins it
 // needs. Every instance has the same generated configuration: a CNI network of bridge,
 // host-local, portmap and loopback, NRI enabled, a metrics endpoint.

@@ -23,7 +23,7 @@ import (
 	"github.com/knext-dev/knext/contrib/bench/ping"
 	"github.com/knext-dev/knext/contrib/bench/pluginstats"
 	"github.com/knext-dev/knext/contrib/images/testimages"
-	"github.com/knext-dev/knext/integration/harness"
+	"github.com/knext-dev/knext/internal/harness"
 )
 
 // stormWidth is the concurrency of the status storm and of query bursts: the 16.
@@ -86,11 +86,12 @@ func newInstance(ctx context.Context, s settings, c configuration, pods int) (*i
 		CNIPortMappings: true, CNIBinDir: s.CNIBinDir,
 		ExtraConfig: fmt.Sprintf("[plugins.'io.containerd.server.v1.metrics']\naddress = %q\n", in.metricsAddress)}
 	if c.CNILess {
-		opts.ExtraConfig += "[plugins.'io.containerd.cri.v1.runtime'.cni]\ndisable_cni = true\n"
+		// The status plugins of a configuration without nri-bridge make the network ready together.
+		networkPlugin := ""
 		if c.bridged() {
-			// nri-bridge reports pods' IPs at RunPodSandbox: NetworkReady follows it by name.
-			opts.ExtraConfig += "network_plugin = \"bridge\"\n"
+			networkPlugin = harness.NRIBridgePlugin
 		}
+		opts.ExtraConfig += harness.CNILessConfig(networkPlugin)
 		opts.SkipNetworkReadyWait = true
 	} else {
 		if in.cni, err = newCNIBinDir(s.CNIBinDir, s.CNITrace); err != nil {
@@ -106,7 +107,7 @@ func newInstance(ctx context.Context, s settings, c configuration, pods int) (*i
 		}
 		in.debugSocket = filepath.Join(root, "debug.sock")
 		opts.Root = root
-		opts.ExtraConfig += fmt.Sprintf("[debug]\naddress = %q\n", in.debugSocket)
+		opts.ExtraConfig += fmt.Sprintf("[plugins.'io.containerd.server.v1.debug']\naddress = %q\n", in.debugSocket)
 	}
 	if in.h, err = harness.New(ctx, opts); err != nil {
 		if opts.Root != "" {
@@ -434,7 +435,7 @@ func (in *instance) waitSynchronized(ctx context.Context, p *runningPlugin) erro
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if exited, err := p.proc.Exited(); exited {
-			return fmt.Errorf("plugin %s-%s exited (%v):\n%s", p.spec.Index, p.spec.Name, err, fileTail(p.proc.LogPath, 20))
+			return fmt.Errorf("plugin %s-%s exited (%v):\n%s", p.spec.Index, p.spec.Name, err, harness.Tail(p.proc.LogPath, 20, nil))
 		}
 		stats, err := pluginstats.Fetch(ctx, p.stats)
 		if err == nil && stats.Synchronized && stats.Pods >= len(in.pods) {
@@ -442,7 +443,7 @@ func (in *instance) waitSynchronized(ctx context.Context, p *runningPlugin) erro
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("plugin %s-%s not synchronized with %d pods after 30 s (stats %+v, %v):\n%s",
-				p.spec.Index, p.spec.Name, len(in.pods), stats, err, fileTail(p.proc.LogPath, 20))
+				p.spec.Index, p.spec.Name, len(in.pods), stats, err, harness.Tail(p.proc.LogPath, 20, nil))
 		}
 		select {
 		case <-ctx.Done():
@@ -834,14 +835,4 @@ func loadAverage() string {
 		return ""
 	}
 	return strings.Join(strings.Fields(string(data))[:3], " ")
-}
-
-// fileTail returns the last n lines of a log file.
-func fileTail(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

@@ -11,7 +11,7 @@ import (
 	"strings"
 )
 
-// latencyMetric is a histogram of containerd's metrics endpoint ([metrics] address) that the
+// latencyMetric is a histogram of containerd's metrics endpoint (the metrics server plugin's address) that the
 // lifecycle breakdown reads, and the labels that name a plugin and an operation in its series.
 type latencyMetric struct {
 	name           string

@@ -17,7 +17,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/integration/harness"
+	"github.com/knext-dev/knext/internal/harness"
 )
 
 // scaleConfigs are the configurations of the scale measurements: upstream, knext with one status
@@ -143,7 +143,11 @@ func (in *instance) startNetwork(ctx context.Context) (stop func() error, plugin
 		return errors.Join(errs...)
 	}
 	if err == nil && in.c.CNILess {
-		err = in.waitNetworkReady(ctx)
+		procs := make([]*harness.Process, len(plugins))
+		for i, p := range plugins {
+			procs[i] = p.proc
+		}
+		err = in.h.WaitNetworkReady(ctx, true, harness.NetworkReadyTimeout, procs...)
 	}
 	return stop, plugins, err
 }
@@ -260,7 +264,7 @@ func (in *instance) persistedBytes() PersistedBytes {
 	})
 	if err == nil && in.c.bridged() {
 		var bridge []float64
-		err = readBolt(filepath.Join(in.h.Root, "nri-bridge-state", "allocations.db"), func(tx *bolt.Tx) error {
+		err = readBolt(filepath.Join(in.h.NRIBridgeStateDir(), "allocations.db"), func(tx *bolt.Tx) error {
 			for _, id := range in.pods {
 				record := tx.Bucket([]byte("pods")).Get([]byte(id))
 				if record == nil {

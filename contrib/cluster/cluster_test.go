@@ -3,6 +3,7 @@ package cluster
 import (
 	"crypto/x509"
 	"encoding/pem"
+	"fmt"
 	"net"
 	"net/netip"
 	"strings"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 	"sigs.k8s.io/yaml"
+
+	"github.com/knext-dev/knext/internal/harness"
 )
 
 func TestIssuedCertificatesVerifyAgainstTheCA(t *testing.T) {
@@ -103,7 +106,7 @@ func TestUnderlayAddresses(t *testing.T) {
 // baseline's CNI network from its template; both keep the OOM score of this VM.
 func TestContainerdConfig(t *testing.T) {
 	for runtime, want := range map[string]map[string]any{
-		RuntimeKnext:    {"disable_cni": true, "network_plugin": NRIBridgePluginName},
+		RuntimeKnext:    {"disable_cni": true, "network_plugin": harness.NRIBridgePlugin},
 		RuntimeUpstream: {"conf_template": "/etc/containerd/cni.template", "conf_dir": "/etc/cni/net.d"},
 	} {
 		c := &Cluster{State: State{Runtime: runtime, Binaries: Binaries{Runc: "/usr/local/bin/runc", CNIBinDir: "/usr/lib/cni"}}}
@@ -112,6 +115,7 @@ func TestContainerdConfig(t *testing.T) {
 			t.Fatal(err)
 		}
 		var config struct {
+			Version int                       `toml:"version"`
 			Plugins map[string]map[string]any `toml:"plugins"`
 		}
 		if err := toml.Unmarshal(data, &config); err != nil {
@@ -129,6 +133,12 @@ func TestContainerdConfig(t *testing.T) {
 		}
 		if cri["restrict_oom_score_adj"] != true {
 			t.Errorf("%s: restrict_oom_score_adj is not true", runtime)
+		}
+		// Version 4 reads the addresses from the server plugins only.
+		if config.Version != harness.ConfigVersion || config.Plugins["io.containerd.server.v1.grpc"]["address"] != "/run/containerd/containerd.sock" ||
+			config.Plugins["io.containerd.server.v1.metrics"]["address"] != fmt.Sprintf(":%d", ContainerdMetricsPort) {
+			t.Errorf("%s: version %d, want %d with the gRPC socket and the metrics endpoint in the server plugins:\n%s",
+				runtime, config.Version, harness.ConfigVersion, data)
 		}
 	}
 	if !strings.Contains(cniTemplate, `"ipMasq": false`) || !strings.Contains(cniTemplate, `"hairpinMode": true`) {

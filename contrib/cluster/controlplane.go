@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/knext-dev/knext/integration/harness"
+	"github.com/knext-dev/knext/internal/harness"
 )
 
 // Control-plane users: the certificates' subjects the API server authenticates them as.

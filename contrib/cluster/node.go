@@ -22,12 +22,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/knext-dev/knext/contrib/images/testimages"
-	"github.com/knext-dev/knext/integration/harness"
 	"github.com/knext-dev/knext/integration/kubelet"
+	"github.com/knext-dev/knext/internal/harness"
 )
-
-// NRIBridgePluginName is the name nri-bridge registers with NRI: knext's network_plugin.
-const NRIBridgePluginName = "bridge"
 
 // ContainerdMetricsPort is where every node's containerd serves its metrics (/v1/metrics) on the
 // node's IPs.
@@ -146,31 +143,23 @@ const cniTemplate = `{
 
 // containerdConfig is every node's containerd configuration (paths inside the node).
 func (c *Cluster) containerdConfig() ([]byte, error) {
-	cni := map[string]any{"disable_cni": true, "network_plugin": NRIBridgePluginName}
+	cni := harness.CNILessCNI(harness.NRIBridgePlugin)
 	if c.Runtime == RuntimeUpstream {
 		cni = map[string]any{"bin_dirs": []string{c.Binaries.CNIBinDir}, "conf_dir": "/etc/cni/net.d",
 			"conf_template": "/etc/containerd/cni.template", "max_conf_num": 1}
 	}
+	runtime := harness.RuntimeConfig(c.Binaries.Runc)
+	runtime["cni"] = cni
 	return toml.Marshal(map[string]any{
-		"version": 3,
+		"version": harness.ConfigVersion,
 		"root":    "/var/lib/containerd",
 		"state":   "/run/containerd",
-		"grpc":    map[string]any{"address": "/run/containerd/containerd.sock"},
-		"ttrpc":   map[string]any{"address": "/run/containerd/containerd.sock.ttrpc"},
-		"metrics": map[string]any{"address": fmt.Sprintf(":%d", ContainerdMetricsPort)},
 		"plugins": map[string]any{
-			"io.containerd.cri.v1.runtime": map[string]any{
-				// This kind of VM lacks CAP_SYS_RESOURCE: never lower a container's oom_score_adj below ours.
-				"restrict_oom_score_adj": true,
-				"containerd": map[string]any{
-					"default_runtime_name": "runc",
-					"runtimes": map[string]any{"runc": map[string]any{
-						"runtime_type": "io.containerd.runc.v2",
-						"options":      map[string]any{"BinaryName": c.Binaries.Runc, "SystemdCgroup": false},
-					}},
-				},
-				"cni": cni,
-			},
+			// Version 4 reads the sockets and the metrics endpoint from the server plugins only.
+			"io.containerd.server.v1.grpc":    map[string]any{"address": "/run/containerd/containerd.sock"},
+			"io.containerd.server.v1.ttrpc":   map[string]any{"address": "/run/containerd/containerd.sock.ttrpc"},
+			"io.containerd.server.v1.metrics": map[string]any{"address": fmt.Sprintf(":%d", ContainerdMetricsPort)},
+			"io.containerd.cri.v1.runtime":    runtime,
 			// Images come from archives, never from a registry.
 			"io.containerd.cri.v1.images": map[string]any{"pinned_images": map[string]any{"sandbox": testimages.PauseImage}},
 			"io.containerd.nri.v1.nri":    map[string]any{"disable": false, "socket_path": "/var/run/nri/nri.sock"},

@@ -22,7 +22,7 @@ import (
 
 	"github.com/knext-dev/knext/contrib/conformance/critestimages"
 	"github.com/knext-dev/knext/contrib/images/registry"
-	"github.com/knext-dev/knext/integration/harness"
+	"github.com/knext-dev/knext/internal/harness"
 )
 
 const (
@@ -85,8 +85,7 @@ func runConfiguration(ctx context.Context, c configuration, p options, dir strin
 		"[plugins.'io.containerd.cri.v1.images'.pinned_images]\nsandbox = %q\n",
 		filepath.Join(dir, "certs.d"), critestimages.SandboxImage)
 	if c.cniLess {
-		// nri-bridge reports pods' IPs at RunPodSandbox: NetworkReady follows it by name.
-		extra += "[plugins.'io.containerd.cri.v1.runtime'.cni]\ndisable_cni = true\nnetwork_plugin = \"bridge\"\n"
+		extra += harness.CNILessConfig(harness.NRIBridgePlugin)
 	}
 	opts := harness.Options{
 		BinDir:               p.binDir,
@@ -119,7 +118,7 @@ func runConfiguration(ctx context.Context, c configuration, p options, dir strin
 		return fmt.Errorf("pull %s through the local registry %s: %w\n%s", critestimages.SandboxImage, registryAddr, err, h.LogTail(20))
 	}
 	if c.cniLess {
-		if err := startNRIBridge(ctx, h, filepath.Join(p.binDir, "nri-bridge")); err != nil {
+		if _, err := h.StartNRIBridge(ctx, filepath.Join(p.binDir, "nri-bridge"), h.NRIBridgeArgs("-ipv4-subnet", h.Subnet.String())...); err != nil {
 			return err
 		}
 	}
@@ -161,35 +160,6 @@ func serveImages(archive, logPath, certsDir string) (addr string, stop func(), e
 	srv := &http.Server{Handler: reg, ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	return addr, func() { srv.Close(); logFile.Close() }, nil
-}
-
-// startNRIBridge starts nri-bridge on the harness's bridge name and /24 (no CNI bridge uses them
-// here) and waits until CRI reports the network ready.
-func startNRIBridge(ctx context.Context, h *harness.Harness, binary string) error {
-	if _, err := h.StartProcess("nri-bridge", binary, "-nri-socket", h.NRISocket, "-bridge", h.Bridge,
-		"-state-dir", filepath.Join(h.Root, "nri-bridge-state"), "-ipv4-subnet", h.Subnet.String()); err != nil {
-		return err
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := h.Runtime.Status(ctx, &criruntime.StatusRequest{})
-		if err != nil {
-			return err
-		}
-		for _, cond := range resp.GetStatus().GetConditions() {
-			if cond.Type == criruntime.NetworkReady && cond.Status {
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("NetworkReady still false 30 s after starting nri-bridge: %v", resp.GetStatus().GetConditions())
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }
 
 // runCritest runs critest against the harness, with its NRI specs on the harness's NRI socket.

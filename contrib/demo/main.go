@@ -22,16 +22,12 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/knext-dev/knext/contrib/images/testimages"
-	"github.com/knext-dev/knext/integration/harness"
+	"github.com/knext-dev/knext/internal/harness"
 )
-
-// cniDisabled is the demo daemon's configuration on top of the harness's.
-const cniDisabled = "[plugins.'io.containerd.cri.v1.runtime'.cni]\ndisable_cni = true\nnetwork_plugin = \"bridge\"\n"
 
 func main() {
 	root := flag.String("root", filepath.Join("build", "demo"), "directory for the demo's containerd (created, then removed)")
@@ -69,7 +65,7 @@ func run(ctx context.Context, root, bridgeBinary string, wait bool) (err error) 
 	if _, err := os.Stat(bridgeBinary); err != nil {
 		return fmt.Errorf("nri-bridge binary: %w (run `make build` or pass -nri-bridge)", err)
 	}
-	h, err := harness.New(ctx, harness.Options{Root: root, Logf: log.Printf, ExtraConfig: cniDisabled, SkipNetworkReadyWait: true})
+	h, err := harness.New(ctx, harness.Options{Root: root, Logf: log.Printf, ExtraConfig: harness.CNILessConfig(harness.NRIBridgePlugin), SkipNetworkReadyWait: true})
 	if err != nil {
 		return err
 	}
@@ -86,16 +82,9 @@ func run(ctx context.Context, root, bridgeBinary string, wait bool) (err error) 
 		return err
 	}
 
-	ipv4 := h.Subnet.String()
-	ipv6 := fmt.Sprintf("fd6b:6e78:%d:%d::/64", h.Subnet.IP.To4()[1], h.Subnet.IP.To4()[2])
-	args := []string{"-nri-socket", h.NRISocket, "-bridge", h.Bridge, "-state-dir", filepath.Join(h.Root, "nri-bridge"),
-		"-ipv4-subnet", ipv4, "-ipv6-subnet", ipv6}
+	args := h.NRIBridgeArgs("-ipv4-subnet", h.Subnet.String(), "-ipv6-subnet", h.NRIBridgeIPv6Subnet())
 	log.Printf("starting the NRI plugin: nri-bridge %s", strings.Join(args, " "))
-	plugin, err := h.StartProcess("nri-bridge", bridgeBinary, args...)
-	if err != nil {
-		return err
-	}
-	if err := waitNetworkReady(ctx, h, plugin); err != nil {
+	if _, err := h.StartNRIBridge(ctx, bridgeBinary, args...); err != nil {
 		return err
 	}
 	if err := showNetworkReady(ctx, h); err != nil {
@@ -195,33 +184,6 @@ func showNetworkReady(ctx context.Context, h *harness.Harness) error {
 		}
 	}
 	return fmt.Errorf("crictl info shows no %s condition:\n%s", criruntime.NetworkReady, out)
-}
-
-// waitNetworkReady waits until nri-bridge has connected and the network is ready.
-func waitNetworkReady(ctx context.Context, h *harness.Harness, plugin *harness.Process) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := h.Runtime.Status(ctx, &criruntime.StatusRequest{})
-		if err != nil {
-			return err
-		}
-		for _, c := range resp.GetStatus().GetConditions() {
-			if c.Type == criruntime.NetworkReady && c.Status {
-				return nil
-			}
-		}
-		if exited, exitErr := plugin.Exited(); exited {
-			return fmt.Errorf("nri-bridge exited (%v); its log: %s", exitErr, plugin.LogPath)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("network not ready 30s after nri-bridge started; its log: %s", plugin.LogPath)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }
 
 // showNetwork prints the network part of `crictl inspectp`: the pod's IPs and where each comes

@@ -40,7 +40,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/knext-dev/knext/integration/harness"
+	"github.com/knext-dev/knext/internal/harness"
 )
 
 // BinaryEnv names the kubelet binary when Options.Binary is empty; `make kubelet` builds it

@@ -13,14 +13,18 @@ func TestContainerdConfigMergesExtraConfig(t *testing.T) {
 	h := &Harness{Root: "/r", Address: "/r/c.sock", NRISocket: "/r/nri.sock", opts: Options{
 		LogLevel: "info", Runc: "/usr/local/bin/runc",
 		ExtraConfig: "[plugins.'io.containerd.nri.v1.nri']\nplugin_request_timeout = '50ms'\n" +
-			"[plugins.'io.containerd.cri.v1.runtime'.cni]\ndisable_cni = true\n",
+			CNILessConfig(NRIBridgePlugin),
 	}}
 	data, err := h.containerdConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var config struct {
+		Version int `toml:"version"`
 		Plugins struct {
+			GRPC struct {
+				Address string `toml:"address"`
+			} `toml:"io.containerd.server.v1.grpc"`
 			NRI struct {
 				SocketPath     string `toml:"socket_path"`
 				RequestTimeout string `toml:"plugin_request_timeout"`
@@ -28,8 +32,9 @@ func TestContainerdConfigMergesExtraConfig(t *testing.T) {
 			Runtime struct {
 				RestrictOOMScoreAdj bool `toml:"restrict_oom_score_adj"`
 				CNI                 struct {
-					DisableCNI bool     `toml:"disable_cni"`
-					BinDirs    []string `toml:"bin_dirs"`
+					DisableCNI    bool     `toml:"disable_cni"`
+					NetworkPlugin string   `toml:"network_plugin"`
+					BinDirs       []string `toml:"bin_dirs"`
 				} `toml:"cni"`
 			} `toml:"io.containerd.cri.v1.runtime"`
 		} `toml:"plugins"`
@@ -41,8 +46,24 @@ func TestContainerdConfigMergesExtraConfig(t *testing.T) {
 	if nri.RequestTimeout != "50ms" || nri.SocketPath != "/r/nri.sock" {
 		t.Errorf("NRI config %+v: want the extra timeout 50ms next to the generated socket /r/nri.sock", nri)
 	}
-	if !runtime.CNI.DisableCNI || len(runtime.CNI.BinDirs) != 1 || !runtime.RestrictOOMScoreAdj {
-		t.Errorf("CRI runtime config %+v: want the extra disable_cni merged into the generated table", runtime)
+	if !runtime.CNI.DisableCNI || runtime.CNI.NetworkPlugin != NRIBridgePlugin || len(runtime.CNI.BinDirs) != 1 || !runtime.RestrictOOMScoreAdj {
+		t.Errorf("CRI runtime config %+v: want the extra disable_cni and network_plugin %q merged into the generated table", runtime, NRIBridgePlugin)
+	}
+	// Version 4 reads the socket from the server plugin only.
+	if config.Version != ConfigVersion || config.Plugins.GRPC.Address != "/r/c.sock" {
+		t.Errorf("config version %d, gRPC server plugin address %q: want %d and /r/c.sock", config.Version, config.Plugins.GRPC.Address, ConfigVersion)
+	}
+}
+
+// Without a network plugin, NetworkReady follows any plugin: no network_plugin key at all.
+func TestCNILessConfigWithoutNetworkPlugin(t *testing.T) {
+	var config map[string]map[string]map[string]map[string]any
+	if err := toml.Unmarshal([]byte(CNILessConfig("")), &config); err != nil {
+		t.Fatal(err)
+	}
+	cni := config["plugins"][criRuntimePlugin]["cni"]
+	if _, ok := cni["network_plugin"]; ok || cni["disable_cni"] != true {
+		t.Errorf("CNILessConfig(\"\") has cni table %v, want disable_cni and no network_plugin", cni)
 	}
 }
 

@@ -15,35 +15,77 @@ import (
 // table is a TOML table.
 type table = map[string]any
 
+// ConfigVersion is the configuration version every containerd of ours is given: the one
+// containerd v2.4.2 writes (`containerd config default`).
+const ConfigVersion = 4
+
+// NRIBridgePlugin is the name nri-bridge registers with NRI (without its index): a CNI-less
+// node's network_plugin.
+const NRIBridgePlugin = "bridge"
+
+// criRuntimePlugin is the CRI runtime plugin's table under "plugins".
+const criRuntimePlugin = "io.containerd.cri.v1.runtime"
+
+// RuntimeConfig returns the CRI runtime plugin's table of every containerd of ours: runc (the
+// binary runc) with cgroupfs, and restrict_oom_score_adj.
+func RuntimeConfig(runc string) map[string]any {
+	return table{
+		// The machines we test on lack CAP_SYS_RESOURCE: never lower a container's
+		// oom_score_adj below ours.
+		"restrict_oom_score_adj": true,
+		"containerd": table{
+			"default_runtime_name": "runc",
+			"runtimes": table{"runc": table{
+				"runtime_type": "io.containerd.runc.v2",
+				"options":      table{"BinaryName": runc, "SystemdCgroup": false},
+			}},
+		},
+	}
+}
+
+// CNILessCNI returns the CRI runtime's cni table of a CNI-less node (docs/cni-less.md): CNI
+// disabled, and NetworkReady following the NRI plugin networkPlugin only (network_plugin;
+// NRIBridgePlugin for nri-bridge), or any plugin subscribed to PodSandboxStatus if
+// networkPlugin is "".
+func CNILessCNI(networkPlugin string) map[string]any {
+	cni := table{"disable_cni": true}
+	if networkPlugin != "" {
+		cni["network_plugin"] = networkPlugin
+	}
+	return cni
+}
+
+// CNILessConfig is CNILessCNI as Options.ExtraConfig: one table header (no [plugins]), so that
+// it concatenates with other TOML.
+func CNILessConfig(networkPlugin string) string {
+	cni, err := toml.Marshal(CNILessCNI(networkPlugin))
+	if err != nil {
+		panic(err) // a table of a string and a boolean always marshals
+	}
+	return fmt.Sprintf("[plugins.'%s'.cni]\n%s", criRuntimePlugin, cni)
+}
+
 // containerdConfig returns the daemon's configuration: everything under the root, CRI on runc with
 // cgroupfs, the instance's CNI network, NRI on its own socket, and no image ever pulled.
 func (h *Harness) containerdConfig() ([]byte, error) {
+	runtime := RuntimeConfig(h.opts.Runc)
+	runtime["netns_mounts_under_state_dir"] = true
+	runtime["cni"] = table{
+		"bin_dirs":     []string{h.opts.CNIBinDir},
+		"conf_dir":     h.CNIConfDir,
+		"max_conf_num": 1,
+	}
 	config := table{
-		"version": 3,
+		"version": ConfigVersion,
 		"root":    filepath.Join(h.Root, "root"),
 		"state":   filepath.Join(h.Root, "state"),
 		"temp":    filepath.Join(h.Root, "tmp"),
-		"grpc":    table{"address": h.Address},
-		"ttrpc":   table{"address": h.Address + ".ttrpc"},
 		"debug":   table{"level": h.opts.LogLevel},
 		"plugins": table{
-			"io.containerd.cri.v1.runtime": table{
-				// This VM lacks CAP_SYS_RESOURCE: never lower a container's oom_score_adj below ours.
-				"restrict_oom_score_adj":       true,
-				"netns_mounts_under_state_dir": true,
-				"containerd": table{
-					"default_runtime_name": "runc",
-					"runtimes": table{"runc": table{
-						"runtime_type": "io.containerd.runc.v2",
-						"options":      table{"BinaryName": h.opts.Runc, "SystemdCgroup": false},
-					}},
-				},
-				"cni": table{
-					"bin_dirs":     []string{h.opts.CNIBinDir},
-					"conf_dir":     h.CNIConfDir,
-					"max_conf_num": 1,
-				},
-			},
+			// Version 4 reads the sockets from the server plugins only.
+			"io.containerd.server.v1.grpc":  table{"address": h.Address},
+			"io.containerd.server.v1.ttrpc": table{"address": h.Address + ".ttrpc"},
+			criRuntimePlugin:                runtime,
 			"io.containerd.cri.v1.images": table{
 				"pinned_images": table{"sandbox": testimages.PauseImage},
 			},

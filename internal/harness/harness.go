@@ -1,5 +1,9 @@
 // Package harness runs a private containerd for end-to-end tests, benchmarks and the demo.
 //
+// It is the one home of the code they share (as containerd keeps integration/remote and
+// pkg/testutil): under internal/, since demo, conformance, bench, cluster and the integration
+// tests all import it and none of them owns it.
+//
 // A Harness owns a root directory with the daemon's root, state and temp directories, its gRPC,
 // ttrpc and NRI sockets, a CNI bridge network of its own (unique bridge name, network name and
 // /24), a cgroup parent for its pods, and the local test images (package testimages) imported
@@ -9,7 +13,8 @@
 //
 // The daemon runs runc (Options.Runc) with cgroupfs, restrict_oom_score_adj, netns mounts under
 // its state directory, NRI enabled on its own socket, and the sandbox image pinned to
-// testimages.PauseImage, so nothing is ever pulled.
+// testimages.PauseImage, so nothing is ever pulled. A CNI-less node adds CNILessConfig to
+// Options.ExtraConfig and starts nri-bridge with StartNRIBridge, which waits for NetworkReady.
 //
 // The package does not depend on package testing: New and Close return errors.
 //
