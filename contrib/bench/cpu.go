@@ -104,7 +104,7 @@ type CPUSummary struct {
 	Total   *Spread `json:"totalUs"`
 }
 
-// cpuSummaries summarize the CPU per call of every configuration's status queries and of (c)'s
+// cpuSummaries summarize the CPU per call of every configuration's status queries and of (knext-1-plugin)'s
 // round trips at the same concurrency.
 func (r *report) cpuSummaries() []CPUSummary {
 	var out []CPUSummary
@@ -139,7 +139,7 @@ func (r *report) cpuSummaries() []CPUSummary {
 			})
 		}
 		for _, rt := range roundTrips {
-			add(v, "c", "round trip, "+rt.String(), func(run *Run) (CPUPerCall, bool) {
+			add(v, cfgOnePlugin, "round trip, "+rt.String(), func(run *Run) (CPUPerCall, bool) {
 				for _, p := range run.Ping {
 					if !v.Verbose && p.Concurrency == v.Concurrency && p.is(rt) && p.Calls > 0 {
 						return p.CPU, true

@@ -62,7 +62,7 @@ func TestCPUPerCall(t *testing.T) {
 
 func TestCPUSummariesShowQueriesAndRoundTripsOncePerConcurrency(t *testing.T) {
 	r := &report{Configurations: configurations(50 * time.Millisecond)}
-	r.Runs = append(runs("a", 0.2, 0.2), runs("c", 0.5, 0.5)...)
+	r.Runs = append(runs(cfgUpstream, 0.2, 0.2), runs(cfgOnePlugin, 0.5, 0.5)...)
 	for i, run := range r.Runs {
 		run.Status[0].CPU = CPUPerCall{Daemon: float64(100 + i), Client: 50}
 	}
@@ -75,13 +75,13 @@ func TestCPUSummariesShowQueriesAndRoundTripsOncePerConcurrency(t *testing.T) {
 	}
 	got := r.cpuSummaries()
 	if len(got) != 6 {
-		t.Fatalf("CPU summaries = %+v, want (a) and (c) queries, (c)'s three round trips at c1, its plain one at c16", got)
+		t.Fatalf("CPU summaries = %+v, want (upstream) and (knext-1-plugin) queries, (knext-1-plugin)'s three round trips at c1, its plain one at c16", got)
 	}
-	if a := got[0]; a.Config != "a" || a.Call != "PodSandboxStatus" || a.Daemon.Median != 100.5 || a.Total.Median != 150.5 {
-		t.Errorf("(a) = %+v, want containerd 100.5 µs and 150.5 µs in all (median of 2 rounds)", a)
+	if a := got[0]; a.Config != cfgUpstream || a.Call != "PodSandboxStatus" || a.Daemon.Median != 100.5 || a.Total.Median != 150.5 {
+		t.Errorf("(upstream) = %+v, want containerd 100.5 µs and 150.5 µs in all (median of 2 rounds)", a)
 	}
-	if c := got[1]; c.Config != "c" || c.Plugins.Median != 40 || c.Total.Min != 192 {
-		t.Errorf("(c) = %+v, want plugins 40 µs, total from 192 µs", c)
+	if c := got[1]; c.Config != cfgOnePlugin || c.Plugins.Median != 40 || c.Total.Min != 192 {
+		t.Errorf("(knext-1-plugin) = %+v, want plugins 40 µs, total from 192 µs", c)
 	}
 	if rt, mux := got[2], got[3]; rt.Variant != "c1" || rt.Total.Median != 50 || mux.Total.Median != 60 || rt.Daemon.Median != 0 {
 		t.Errorf("round trips = %+v, %+v, want c1 at 50 and 60 µs, no containerd", rt, mux)

@@ -139,34 +139,34 @@ func lifecycleRuns(key string, run, stopRemove []float64) []*Run {
 
 func TestLifecycleTargetsJudgePerRoundRatios(t *testing.T) {
 	r := &report{Configurations: configurations(50 * time.Millisecond)}
-	r.Runs = append(lifecycleRuns("a", []float64{100, 200, 100}, []float64{100, 100, 100}),
-		lifecycleRuns("b", []float64{101, 202, 110}, []float64{103, 103, 103})...)
-	r.Runs = append(r.Runs, lifecycleRuns("g", []float64{70, 160, 90}, []float64{70, 70, 70})...)
+	r.Runs = append(lifecycleRuns(cfgUpstream, []float64{100, 200, 100}, []float64{100, 100, 100}),
+		lifecycleRuns(cfgKnext, []float64{101, 202, 110}, []float64{103, 103, 103})...)
+	r.Runs = append(r.Runs, lifecycleRuns(cfgCNILess, []float64{70, 160, 90}, []float64{70, 70, 70})...)
 
 	// b run: 1.01, 1.01, 1.10 -> median 1.01 (met); b stop+remove 1.03 (missed).
-	if got := target(t, r, "(b) RunPodSandbox p50 <= 1.02 x (a), c1"); got.Status != "met" || got.Measured.Median != 1.01 {
-		t.Errorf("(b) run target = %+v (measured %+v), want met at 1.01", got, got.Measured)
+	if got := target(t, r, "(knext) RunPodSandbox p50 <= 1.02 x (upstream), c1"); got.Status != "met" || got.Measured.Median != 1.01 {
+		t.Errorf("(knext) run target = %+v (measured %+v), want met at 1.01", got, got.Measured)
 	}
-	if got := target(t, r, "(b) StopPodSandbox + RemovePodSandbox p50 <= 1.02 x (a), c8"); got.Status != "missed" {
-		t.Errorf("(b) stop+remove target = %+v, want missed at 1.03", got)
+	if got := target(t, r, "(knext) StopPodSandbox + RemovePodSandbox p50 <= 1.02 x (upstream), c8"); got.Status != "missed" {
+		t.Errorf("(knext) stop+remove target = %+v, want missed at 1.03", got)
 	}
 	// g run: 0.7, 0.8, 0.9 -> median 0.8 (met: the limit is inclusive).
-	if got := target(t, r, "(g) RunPodSandbox p50 <= 0.80 x (a), c8"); got.Status != "met" || got.Measured.Max != 0.9 {
-		t.Errorf("(g) run target = %+v (measured %+v), want met at median 0.8, max 0.9", got, got.Measured)
+	if got := target(t, r, "(cniless) RunPodSandbox p50 <= 0.80 x (upstream), c8"); got.Status != "met" || got.Measured.Max != 0.9 {
+		t.Errorf("(cniless) run target = %+v (measured %+v), want met at median 0.8, max 0.9", got, got.Measured)
 	}
-	sum := r.lifecycleSummary("g", 1)
+	sum := r.lifecycleSummary(cfgCNILess, 1)
 	if sum.Pods != 6 || sum.PooledRunP50Ms != 90 || sum.PooledRunP99Ms != 160 || sum.RunP50Ms.Median != 90 {
 		t.Errorf("summary = %+v, want 6 pooled pods, pooled p50 90, p99 160", sum)
 	}
 	r.Configurations = configurations(50 * time.Millisecond)[:2]
-	if got := target(t, r, "(g) RunPodSandbox p50 <= 0.80 x (a), c1"); got.Status != "not measured" {
-		t.Errorf("(g) target without (g) = %+v, want not measured", got)
+	if got := target(t, r, "(cniless) RunPodSandbox p50 <= 0.80 x (upstream), c1"); got.Status != "not measured" {
+		t.Errorf("(cniless) target without (cniless) = %+v, want not measured", got)
 	}
 }
 
 func TestStatusOverheadIsBeyondUpstreamAndTheRoundTrip(t *testing.T) {
 	r := &report{Configurations: configurations(50 * time.Millisecond)}
-	r.Runs = append(runs("a", 0.2, 0.2, 0.4), runs("c", 0.5, 0.3, 0.6)...)
+	r.Runs = append(runs(cfgUpstream, 0.2, 0.2, 0.4), runs(cfgOnePlugin, 0.5, 0.3, 0.6)...)
 	for i, ping := range []float64{0.25, 0.05, 0.15} {
 		// The multiplexed round trip and the one after an idle gap are shown, never subtracted
 		// by the target: they are not the floor. Listed first, they must not be taken for it.
@@ -176,8 +176,8 @@ func TestStatusOverheadIsBeyondUpstreamAndTheRoundTrip(t *testing.T) {
 	for _, run := range r.Runs { // c1 verbose: the plain round trip applies, the idle one's gap does not
 		run.Status = append(run.Status, StatusSample{variant: variant{1, true}, Calls: 100, P50Ms: 1 + run.Status[0].P50Ms})
 	}
-	// Overheads 0.05, 0.05, 0.05 ms over (a) 0.2, 0.2, 0.4: fractions 0.25, 0.25, 0.125.
-	name := "(c) PodSandboxStatus runtime-side overhead beyond the raw round trip <= 0.20 x (a)'s query, c1"
+	// Overheads 0.05, 0.05, 0.05 ms over (upstream) 0.2, 0.2, 0.4: fractions 0.25, 0.25, 0.125.
+	name := "(knext-1-plugin) PodSandboxStatus runtime-side overhead beyond the raw round trip <= 0.20 x (upstream)'s query, c1"
 	got := target(t, r, name)
 	if got.Status != "missed" || math.Abs(got.Measured.Median-0.25) > 1e-9 || math.Abs(got.Measured.Min-0.125) > 1e-9 {
 		t.Errorf("overhead target = %+v (measured %+v), want missed at median 0.25", got, got.Measured)
@@ -199,14 +199,14 @@ func TestStatusOverheadIsBeyondUpstreamAndTheRoundTrip(t *testing.T) {
 func TestScaleSummaryRatiosPairRounds(t *testing.T) {
 	r := &report{Settings: settings{ScalePods: 200}}
 	r.Scale = []ScaleSample{
-		{Config: "a", Round: 1, SweepMs: 100, AnsweredSeconds: 2},
-		{Config: "a", Round: 2, SweepMs: 200, AnsweredSeconds: 2},
-		{Config: "c", Round: 1, SweepMs: 150, AnsweredSeconds: 3},
-		{Config: "c", Round: 2, SweepMs: 300, AnsweredSeconds: 1},
+		{Config: cfgUpstream, Round: 1, SweepMs: 100, AnsweredSeconds: 2},
+		{Config: cfgUpstream, Round: 2, SweepMs: 200, AnsweredSeconds: 2},
+		{Config: cfgOnePlugin, Round: 1, SweepMs: 150, AnsweredSeconds: 3},
+		{Config: cfgOnePlugin, Round: 2, SweepMs: 300, AnsweredSeconds: 1},
 	}
 	got := r.scaleSummaries()
-	if len(got) != 2 || got[1].Config != "c" || got[1].SweepRatioToA.Median != 1.5 || got[1].AnsweredRatioToA.Min != 0.5 {
-		t.Errorf("scale summaries = %+v, want (c) sweep ratio 1.5, answered ratios 1.5 and 0.5", got)
+	if len(got) != 2 || got[1].Config != cfgOnePlugin || got[1].SweepRatioToA.Median != 1.5 || got[1].AnsweredRatioToA.Min != 0.5 {
+		t.Errorf("scale summaries = %+v, want (knext-1-plugin) sweep ratio 1.5, answered ratios 1.5 and 0.5", got)
 	}
 }
 

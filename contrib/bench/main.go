@@ -8,35 +8,38 @@
 // needs. Every instance has the same generated configuration: a CNI network of bridge,
 // host-local, portmap and loopback, NRI enabled, a metrics endpoint.
 //
-//	a  upstream containerd built from the pristine module (`make upstream`)
-//	b  knext, NRI enabled, no NRI plugin
-//	c  knext + one status plugin (contrib/bench/statusplugin) answering from memory
-//	d  knext + three such plugins
-//	e  knext + one status plugin taking -slow-delay per answer
-//	f  (only with -configs ...,f) knext + three status plugins taking -slow-delay per answer
-//	g  knext CNI-less (disable_cni) with nri-bridge as the pod network
-//	h  knext CNI-less with one status plugin as the pod network: it answers an IP and wires
-//	   nothing, so what containerd itself spends on a CNI-less pod shows apart from nri-bridge's
-//	i  (only with -configs ...,i) g with the nri-bridge binary of -baseline-nri-bridge
-//	u  upstream again, an instance of its own: the A/A check that sizes what this machine
-//	   varies between two instances of the same build (its ratios to a are noise only)
+//	upstream                 upstream containerd built from the pristine module (`make upstream`)
+//	knext                    knext, NRI enabled, no NRI plugin
+//	knext-1-plugin           knext + one status plugin (contrib/bench/statusplugin) answering from memory
+//	knext-3-plugins          knext + three such plugins
+//	knext-1-slow-plugin      knext + one status plugin taking -slow-delay per answer
+//	knext-3-slow-plugins     (opt-in) knext + three status plugins taking -slow-delay per answer
+//	cniless                  knext CNI-less (disable_cni) with nri-bridge as the pod network
+//	cniless-status-plugin    knext CNI-less with one status plugin as the pod network: it answers an
+//	                         IP and wires nothing, so what containerd itself spends on a CNI-less pod
+//	                         shows apart from nri-bridge's
+//	cniless-baseline-bridge  (opt-in) cniless with the nri-bridge binary of -baseline-nri-bridge
+//	upstream-again           upstream again, an instance of its own: the A/A check that sizes what
+//	                         this machine varies between two instances of the same build (its
+//	                         ratios to upstream are noise only)
 //
 // -benchmarks selects the parts:
 //
-//   - status (a-f, u): PodSandboxStatus latency (p50, p99) and throughput over the CRI socket at
+//   - status (upstream, the knext configurations with CNI, upstream-again): PodSandboxStatus latency (p50, p99) and throughput over the CRI socket at
 //     concurrency 1 and 16, verbose off and on, and the plugin calls per PodSandboxStatus; with
 //     status plugins, the plugin calls caused by internal callers (CRI container events) and by
-//     bursts of concurrent queries for one pod; for a and e, RunPodSandbox latency during a
-//     16-way status storm; for c, a no-op ttrpc round trip to its plugin process (package ping):
+//     bursts of concurrent queries for one pod; for upstream and knext-1-slow-plugin, RunPodSandbox
+//     latency during a 16-way status storm; for knext-1-plugin, a no-op ttrpc round trip to its plugin process (package ping):
 //     back to back, over NRI's multiplexer and, at c1, after an idle gap.
-//   - lifecycle (a, b, g, h, i, u): RunPodSandbox, then StopPodSandbox + RemovePodSandbox, of
+//   - lifecycle (upstream, knext, the cniless ones, upstream-again): RunPodSandbox, then StopPodSandbox + RemovePodSandbox, of
 //     -lifecycle-pods new pods at concurrency 1 and 8, with where the time goes: NRI plugin
 //     and CNI latencies (containerd's metrics), nri-bridge's steps (its log), CNI plugin
 //     executions (a traced pass through contrib/bench/cnitrace).
-//   - paired (b, g and u against a, in every round after the configurations): both daemons run
-//     at once and the lifecycle (and for b and u the status) measurement alternates between them
+//   - paired (knext, cniless and upstream-again against upstream, in every round after the
+//     configurations): both daemons run at once and the lifecycle (and for knext and
+//     upstream-again the status) measurement alternates between them
 //     (paired.go), so that the machine's drift over minutes, which the rounds see, cancels out.
-//   - scale (a, c, g, after the rounds, on instances of their own with -scale-pods pods):
+//   - scale (upstream, knext-1-plugin, cniless, after the rounds, on instances of their own with -scale-pods pods):
 //     a status sweep of every pod, a daemon restart until every pod answers again, and the bytes
 //     persisted per pod.
 //   - cluster (after the others): a real two-node cluster of each runtime (package cluster), knext
@@ -46,8 +49,8 @@
 //     RunPodSandbox from the nodes' containerd and kubelet histograms.
 //
 // Configurations alternate, in a rotating order, for -repeats rounds; the report gives the
-// min/median/max of the rounds and ratios to a from the same round, checks the targets of issues
-// 6 and 12, prints a table and writes a JSON report.
+// min/median/max of the rounds and ratios to upstream from the same round (JSON fields
+// *RatioToA), checks the targets, prints a table and writes a JSON report.
 package main
 
 import (
@@ -88,13 +91,32 @@ type configuration struct {
 	CNILess bool `json:"cniLess"`
 	// BaselineBridge runs the nri-bridge binary of -baseline-nri-bridge instead of -nri-bridge.
 	BaselineBridge bool `json:"baselineBridge,omitempty"`
-	// Paired is measured against (a) with both daemons running, alternating (paired.go): its
+	// Paired is measured against (upstream) with both daemons running, alternating (paired.go): its
 	// pod lifecycle, and PodSandboxStatus if Status.
 	Paired bool `json:"paired,omitempty"`
 }
 
 // bridged tells whether nri-bridge is the configuration's pod network.
 func (c configuration) bridged() bool { return c.CNILess && len(c.Plugins) == 0 }
+
+// The configurations' keys: what each runs (configurations describes them).
+const (
+	cfgUpstream            = "upstream"
+	cfgKnext               = "knext"
+	cfgOnePlugin           = "knext-1-plugin"
+	cfgThreePlugins        = "knext-3-plugins"
+	cfgOneSlowPlugin       = "knext-1-slow-plugin"
+	cfgThreeSlowPlugins    = "knext-3-slow-plugins"
+	cfgCNILess             = "cniless"
+	cfgCNILessStatusPlugin = "cniless-status-plugin"
+	cfgCNILessBaseline     = "cniless-baseline-bridge"
+	cfgUpstreamAgain       = "upstream-again"
+)
+
+// defaultConfigurations are the keys -configs selects by default: all but the opt-in ones.
+func defaultConfigurations() []string {
+	return []string{cfgUpstream, cfgKnext, cfgOnePlugin, cfgThreePlugins, cfgOneSlowPlugin, cfgCNILess, cfgCNILessStatusPlugin, cfgUpstreamAgain}
+}
 
 func configurations(slowDelay time.Duration) []configuration {
 	fast := func(n int, primary bool) statusPlugin {
@@ -107,30 +129,30 @@ func configurations(slowDelay time.Duration) []configuration {
 		return p
 	}
 	return []configuration{
-		{Key: "a", Description: "upstream containerd (pristine module), NRI enabled, CNI", Upstream: true,
+		{Key: cfgUpstream, Description: "upstream containerd (pristine module), NRI enabled, CNI", Upstream: true,
 			Status: true, Storm: true, Lifecycle: true},
-		{Key: "b", Description: "knext, NRI enabled, no NRI plugin, CNI", Status: true, Lifecycle: true, Paired: true},
-		{Key: "c", Description: "knext + 1 status plugin answering from memory", Plugins: []statusPlugin{fast(1, true)},
+		{Key: cfgKnext, Description: "knext, NRI enabled, no NRI plugin, CNI", Status: true, Lifecycle: true, Paired: true},
+		{Key: cfgOnePlugin, Description: "knext + 1 status plugin answering from memory", Plugins: []statusPlugin{fast(1, true)},
 			Status: true, Ping: true},
-		{Key: "d", Description: "knext + 3 status plugins answering from memory",
+		{Key: cfgThreePlugins, Description: "knext + 3 status plugins answering from memory",
 			Plugins: []statusPlugin{fast(1, true), fast(2, false), fast(3, false)}, Status: true},
-		{Key: "e", Description: fmt.Sprintf("knext + 1 status plugin taking %s per answer", slowDelay),
+		{Key: cfgOneSlowPlugin, Description: fmt.Sprintf("knext + 1 status plugin taking %s per answer", slowDelay),
 			Plugins: []statusPlugin{slow(1, true)}, Status: true, Storm: true},
 		// Opt-in: shows whether plugins are asked concurrently (S3) without the
 		// CPU contention that three fast plugins cause on a small machine.
-		{Key: "f", Description: fmt.Sprintf("knext + 3 status plugins taking %s per answer", slowDelay),
+		{Key: cfgThreeSlowPlugins, Description: fmt.Sprintf("knext + 3 status plugins taking %s per answer", slowDelay),
 			Plugins: []statusPlugin{slow(1, true), slow(2, false), slow(3, false)}, Status: true},
-		{Key: "g", Description: "knext CNI-less (disable_cni) + nri-bridge", Lifecycle: true, CNILess: true, Paired: true},
-		// (g) without nri-bridge's work. What containerd itself spends on a
+		{Key: cfgCNILess, Description: "knext CNI-less (disable_cni) + nri-bridge", Lifecycle: true, CNILess: true, Paired: true},
+		// (cniless) without nri-bridge's work. What containerd itself spends on a
 		// CNI-less pod (NRI hooks, the seed status query) shows apart from the plugin's.
-		{Key: "h", Description: "knext CNI-less + 1 status plugin as the pod network (answers an IP, wires nothing)",
+		{Key: cfgCNILessStatusPlugin, Description: "knext CNI-less + 1 status plugin as the pod network (answers an IP, wires nothing)",
 			Plugins: []statusPlugin{fast(1, true)}, Lifecycle: true, CNILess: true},
-		// A second upstream instance. Its ratios to (a) show how far two
-		// identical daemons drift apart on this machine, the yardstick for (b)'s 1.02.
-		{Key: "u", Description: "upstream containerd again, an instance of its own (A/A: noise of the machine)", Upstream: true,
+		// A second upstream instance. Its ratios to (upstream) show how far two
+		// identical daemons drift apart on this machine, the yardstick for (knext)'s 1.02.
+		{Key: cfgUpstreamAgain, Description: "upstream containerd again, an instance of its own (A/A: noise of the machine)", Upstream: true,
 			Status: true, Lifecycle: true, Paired: true},
-		// Opt-in: (g) with another build of nri-bridge, e.g. an older one, in the same rounds.
-		{Key: "i", Description: "knext CNI-less + the nri-bridge of -baseline-nri-bridge", Lifecycle: true, CNILess: true,
+		// Opt-in: (cniless) with another build of nri-bridge, e.g. an older one, in the same rounds.
+		{Key: cfgCNILessBaseline, Description: "knext CNI-less + the nri-bridge of -baseline-nri-bridge", Lifecycle: true, CNILess: true,
 			BaselineBridge: true},
 	}
 }
@@ -140,7 +162,7 @@ type benchmarks struct {
 	Status    bool `json:"status"`    // PodSandboxStatus, with the raw round trip
 	Lifecycle bool `json:"lifecycle"` // pod starts and removals
 	Scale     bool `json:"scale"`     // restart and status sweep with many pods
-	// Paired measures b, g and u against a with both daemons running.
+	// Paired measures knext, cniless and upstream-again against upstream with both daemons running.
 	Paired bool `json:"paired"`
 	// Cluster rolls a Deployment out on a real cluster of each runtime (cluster.go).
 	Cluster bool `json:"cluster"`
@@ -175,7 +197,7 @@ func (b benchmarks) measuresAlone(c configuration) bool {
 // measures tells whether configuration c has anything to measure in the selected rounds: on its
 // own, or paired (a is the other side of every pair).
 func (b benchmarks) measures(c configuration) bool {
-	return b.measuresAlone(c) || (b.Paired && (c.Paired || c.Key == "a"))
+	return b.measuresAlone(c) || (b.Paired && (c.Paired || c.Key == cfgUpstream))
 }
 
 // settings are the command line.
@@ -217,22 +239,24 @@ func main() {
 	flag.IntVar(&s.Repeats, "repeats", 5, "rounds over all configurations")
 	flag.IntVar(&s.StormPods, "storm-pods", 10, "pods created (one at a time) during each status storm")
 	flag.IntVar(&s.Bursts, "bursts", 20, "bursts of 16 concurrent queries for one pod")
-	flag.DurationVar(&s.SlowDelay, "slow-delay", 50*time.Millisecond, "answer time of the slow plugin of configuration e")
-	flag.StringVar(&s.Configs, "configs", "a,b,c,d,e,g,h,u", "configurations to run, comma-separated: a (the baseline of every ratio) to e, g, h, u, and the opt-in f and i")
+	flag.DurationVar(&s.SlowDelay, "slow-delay", 50*time.Millisecond, "answer time of the slow plugins of "+cfgOneSlowPlugin+" and "+cfgThreeSlowPlugins)
+	flag.StringVar(&s.Configs, "configs", strings.Join(defaultConfigurations(), ","),
+		"configurations to run, comma-separated: "+cfgUpstream+" (the baseline of every ratio) and any of the others (opt-in: "+
+			cfgThreeSlowPlugins+", "+cfgCNILessBaseline+")")
 	flag.StringVar(&s.Upstream, "upstream", binaryIn("KNEXT_UPSTREAM_BIN_DIR", "containerd"),
 		"upstream containerd binary (make upstream; default from $KNEXT_UPSTREAM_BIN_DIR); its shim must be next to it")
 	flag.StringVar(&s.Knext, "knext", binaryIn("KNEXT_BIN_DIR", "containerd"),
 		"knext containerd binary (make build; default from $KNEXT_BIN_DIR); its shim must be next to it")
 	flag.StringVar(&s.Plugin, "plugin", "", "status plugin binary (contrib/bench/statusplugin)")
-	flag.StringVar(&s.Bridge, "nri-bridge", binaryIn("KNEXT_BIN_DIR", "nri-bridge"), "nri-bridge binary (make build), the network of configuration g")
-	flag.StringVar(&s.BaseBridge, "baseline-nri-bridge", "", "another nri-bridge binary, for the opt-in configuration i")
+	flag.StringVar(&s.Bridge, "nri-bridge", binaryIn("KNEXT_BIN_DIR", "nri-bridge"), "nri-bridge binary (make build), the network of configuration "+cfgCNILess)
+	flag.StringVar(&s.BaseBridge, "baseline-nri-bridge", "", "another nri-bridge binary, for the opt-in configuration "+cfgCNILessBaseline)
 	flag.StringVar(&s.CNITrace, "cnitrace", "", "CNI plugin timing wrapper (contrib/bench/cnitrace); without it, no CNI breakdown")
 	flag.StringVar(&s.CNIBinDir, "cni-bin-dir", "/usr/lib/cni", "the real CNI plugins (bridge, host-local, loopback, portmap)")
 	flag.StringVar(&s.Benchmarks, "benchmarks", "status,lifecycle,paired,scale,cluster", "parts to run, comma-separated: status, lifecycle, paired, scale, cluster")
 	flag.IntVar(&s.ClusterPods, "cluster-pods", 40, "pods of the cluster part's Deployment")
 	flag.StringVar(&s.ClusterRuntimes, "cluster-runtimes", "knext,upstream", "the cluster part's clusters, comma-separated: knext, upstream")
 	flag.IntVar(&s.LifecyclePods, "lifecycle-pods", 30, "pods started and removed per configuration, round and concurrency")
-	flag.IntVar(&s.CNITracePods, "cni-trace-pods", 10, "pods of the traced CNI pass per round of a and b (0: none)")
+	flag.IntVar(&s.CNITracePods, "cni-trace-pods", 10, "pods of the traced CNI pass per round of "+cfgUpstream+" and "+cfgKnext+" (0: none)")
 	flag.IntVar(&s.ScalePods, "scale-pods", 200, "pods of each configuration in the scale measurements")
 	flag.IntVar(&s.ScaleRepeats, "scale-repeats", 3, "daemon restarts per configuration in the scale measurements")
 	flag.StringVar(&s.Out, "out", "build/bench/report.json", "JSON report")
@@ -327,7 +351,7 @@ func runRounds(ctx context.Context, s settings, configs []configuration, report 
 			// instances[0] is a: the configurations are in canonical order, a first and measured.
 			paired, err := runPaired(ctx, instances[0], in, r+1)
 			if err != nil {
-				return fmt.Errorf("configuration %s paired with a, round %d: %w", in.c.Key, r+1, err)
+				return fmt.Errorf("configuration %s paired with %s, round %d: %w", in.c.Key, cfgUpstream, r+1, err)
 			}
 			report.Paired = append(report.Paired, paired)
 		}
@@ -390,7 +414,7 @@ func binaryIn(dir, name string) string {
 }
 
 // selectConfigurations returns the configurations named in list, in the canonical order; the
-// baseline a must be one of them.
+// baseline upstream must be one of them.
 func selectConfigurations(all []configuration, list string) ([]configuration, error) {
 	wanted := map[string]bool{}
 	for _, key := range strings.Split(list, ",") {
@@ -404,10 +428,14 @@ func selectConfigurations(all []configuration, list string) ([]configuration, er
 		}
 	}
 	for key := range wanted {
-		return nil, fmt.Errorf("-configs: unknown configuration %q (known: a to i, u)", key)
+		var known []string
+		for _, c := range all {
+			known = append(known, c.Key)
+		}
+		return nil, fmt.Errorf("-configs: unknown configuration %q (known: %s)", key, strings.Join(known, ", "))
 	}
-	if len(selected) == 0 || selected[0].Key != "a" {
-		return nil, errors.New("-configs must include a: every ratio is to upstream")
+	if len(selected) == 0 || selected[0].Key != cfgUpstream {
+		return nil, fmt.Errorf("-configs must include %s: every ratio is to it", cfgUpstream)
 	}
 	return selected, nil
 }

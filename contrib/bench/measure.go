@@ -26,7 +26,7 @@ import (
 	"github.com/knext-dev/knext/internal/harness"
 )
 
-// stormWidth is the concurrency of the status storm and of query bursts: the 16.
+// stormWidth is the concurrency of the status storm and of query bursts.
 const stormWidth = 16
 
 // warmUp is the untimed status load before a configuration's measurements.
@@ -261,7 +261,7 @@ func (in *instance) runStatus(ctx context.Context, round int, run *Run) (err err
 		if in.c.Ping && !v.Verbose {
 			// Right after the status measurement at the same concurrency, to the same process:
 			// plain (the floor), over NRI's multiplexer (the transport's share) and, at c1, with
-			// the plugin left idle before each call about as long as between (c)'s queries.
+			// the plugin left idle before each call about as long as between (knext-1-plugin)'s queries.
 			for _, rt := range roundTrips {
 				var gap time.Duration
 				if rt.idle {

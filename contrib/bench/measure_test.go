@@ -57,10 +57,10 @@ func TestIdleGapIsTheQueryLessThePlainRoundTrip(t *testing.T) {
 		s     StatusSample
 		pings []PingSample
 	}{
-		"c16":                          {StatusSample{variant: variant{16, false}, P50Ms: 0.5}, pings},
-		"c1 verbose":                   {StatusSample{variant: variant{1, true}, P50Ms: 0.5}, pings},
-		"plain round trip not yet":     {c1, pings[:3]},
-		"round trip slower than (c)'s": {c1, []PingSample{{Concurrency: 1, Calls: 10, P50Ms: 0.6}}},
+		"c16":                      {StatusSample{variant: variant{16, false}, P50Ms: 0.5}, pings},
+		"c1 verbose":               {StatusSample{variant: variant{1, true}, P50Ms: 0.5}, pings},
+		"plain round trip not yet": {c1, pings[:3]},
+		"round trip slower than (knext-1-plugin)'s": {c1, []PingSample{{Concurrency: 1, Calls: 10, P50Ms: 0.6}}},
 	} {
 		if got := idleGap(tc.s, tc.pings); got != 0 {
 			t.Errorf("%s: gap = %v, want none", name, got)

@@ -11,22 +11,23 @@ import (
 	"time"
 )
 
-// The paired part compares a configuration (b, g, u) with (a) on a machine whose speed drifts by
-// tens of percent from one minute to the next (see the A/A configuration u): both daemons run at
+// The paired part compares a configuration (knext, cniless, upstream-again) with upstream on a
+// machine whose speed drifts by tens of percent from one minute to the next (see the A/A
+// configuration upstream-again): both daemons run at
 // once and the measurement alternates between them, in slices of pairedSlice for
 // PodSandboxStatus and in batches of the concurrency for pod starts and removals (sideOf), so
 // that both sides see the same machine. What it cannot pair is the instance itself (root,
-// bridge, subnet): the A/A pair (u, a) shows that part.
+// bridge, subnet): the A/A pair (upstream-again, upstream) shows that part.
 
 // pairedSlice is how long PodSandboxStatus runs on one side before switching to the other.
 const pairedSlice = 200 * time.Millisecond
 
-// sideOf returns the side (0: a, 1: the other) of the k-th slice or batch of a round: a b b a
-// a b b a ... in odd rounds, b a a b b a a b ... in even ones, so that neither side is always the
+// sideOf returns the side (0: upstream U, 1: the other O) of the k-th slice or batch of a round:
+// U O O U U O O U ... in odd rounds, O U U O O U U O ... in even ones, so that neither side is always the
 // first after the wait for a quiet machine.
 func sideOf(k, round int) int { return ((k+1)/2 + round + 1) % 2 }
 
-// PairedRun is one round of the paired part: configuration Config against (a).
+// PairedRun is one round of the paired part: configuration Config against (upstream).
 type PairedRun struct {
 	Config    string            `json:"config"`
 	Round     int               `json:"round"`
@@ -54,9 +55,9 @@ type PairedLifecycle struct {
 	StopRemoveRatio float64    `json:"stopRemoveRatio"`
 }
 
-// runPaired measures configuration other against base (a) with both daemons running.
+// runPaired measures configuration other against base (upstream) with both daemons running.
 func runPaired(ctx context.Context, base, other *instance, round int) (_ *PairedRun, err error) {
-	log.Printf("bench: round %d, paired: (%s) and (a) at once, alternating", round, other.c.Key)
+	log.Printf("bench: round %d, paired: (%s) and (upstream) at once, alternating", round, other.c.Key)
 	sides := [2]*instance{base, other}
 	for _, in := range sides {
 		in.quietWaits = nil
@@ -125,7 +126,7 @@ func pairedStatus(ctx context.Context, sides [2]*instance, v variant, round int)
 		sample.Calls[side], sample.P50Ms[side] = len(latencies[side]), percentileMs(latencies[side], 0.5)
 	}
 	sample.Ratio = ratioOf(sample.P50Ms)
-	log.Printf("bench:   paired %-11s (a) p50 %7.3f ms, (%s) p50 %7.3f ms: %.3f", v, sample.P50Ms[0], sides[1].c.Key, sample.P50Ms[1], sample.Ratio)
+	log.Printf("bench:   paired %-11s (upstream) p50 %7.3f ms, (%s) p50 %7.3f ms: %.3f", v, sample.P50Ms[0], sides[1].c.Key, sample.P50Ms[1], sample.Ratio)
 	return sample, nil
 }
 
@@ -182,13 +183,13 @@ func pairedLifecycle(ctx context.Context, sides [2]*instance, width, round int) 
 		sample.RunP50Ms[side], sample.StopRemoveP50Ms[side] = percentile(runMs[side], 0.5), percentile(removeMs[side], 0.5)
 	}
 	sample.RunRatio, sample.StopRemoveRatio = ratioOf(sample.RunP50Ms), ratioOf(sample.StopRemoveP50Ms)
-	log.Printf("bench:   paired lifecycle c%d: RunPodSandbox p50 (a) %.1f ms, (%s) %.1f ms: %.3f; Stop+Remove p50 (a) %.1f ms, (%s) %.1f ms: %.3f",
+	log.Printf("bench:   paired lifecycle c%d: RunPodSandbox p50 (upstream) %.1f ms, (%s) %.1f ms: %.3f; Stop+Remove p50 (upstream) %.1f ms, (%s) %.1f ms: %.3f",
 		width, sample.RunP50Ms[0], sides[1].c.Key, sample.RunP50Ms[1], sample.RunRatio,
 		sample.StopRemoveP50Ms[0], sides[1].c.Key, sample.StopRemoveP50Ms[1], sample.StopRemoveRatio)
 	return sample, nil
 }
 
-// ratioOf returns the other side's figure over a's, 0 without a figure of a.
+// ratioOf returns the other side's figure over upstream's, 0 without a figure of upstream.
 func ratioOf(p50 [2]float64) float64 {
 	if p50[0] <= 0 {
 		return 0
@@ -196,7 +197,7 @@ func ratioOf(p50 [2]float64) float64 {
 	return p50[1] / p50[0]
 }
 
-// PairedSummary is one paired figure of a configuration over the rounds: its ratio to (a).
+// PairedSummary is one paired figure of a configuration over the rounds: its ratio to (upstream).
 type PairedSummary struct {
 	Config string  `json:"config"`
 	Figure string  `json:"figure"`
@@ -267,7 +268,7 @@ func (r *report) pairedSummaries() []PairedSummary {
 	return out
 }
 
-// pairedTargets are the (b) and (g) targets judged on the paired part, with the A/A
+// pairedTargets are the (knext) and (cniless) targets judged on the paired part, with the A/A
 // pair's figure beside them.
 func (r *report) pairedTargets() []Target {
 	var targets []Target
@@ -275,15 +276,15 @@ func (r *report) pairedTargets() []Target {
 		key           string
 		limit         float64
 		lifecycleOnly bool
-	}{{"b", 1.02, false}, {"g", 0.8, true}} {
+	}{{cfgKnext, 1.02, false}, {cfgCNILess, 0.8, true}} {
 		for _, figure := range pairedFigures() {
 			if pair.lifecycleOnly && !figure.lifecycle {
 				continue
 			}
-			t := Target{Issue: 12, Name: fmt.Sprintf("(%s) %s <= %.2f x (a), paired", pair.key, figure.name, pair.limit),
+			t := Target{Name: fmt.Sprintf("(%s) %s <= %.2f x (upstream), paired", pair.key, figure.name, pair.limit),
 				Limit: pair.limit, Judged: "median"}
-			if aa := spread(r.pairedFigureRatios("u", figure)); aa != nil {
-				t.Note = fmt.Sprintf("A/A, (u) / (a) paired: median %.3g [%.3g..%.3g]", aa.Median, aa.Min, aa.Max)
+			if aa := spread(r.pairedFigureRatios(cfgUpstreamAgain, figure)); aa != nil {
+				t.Note = fmt.Sprintf("A/A, (upstream-again) / (upstream) paired: median %.3g [%.3g..%.3g]", aa.Median, aa.Min, aa.Max)
 			}
 			targets = append(targets, judge(t, r.pairedFigureRatios(pair.key, figure), r.absent(pair.key)...))
 		}
@@ -295,13 +296,13 @@ func (r *report) printPaired(out io.Writer) {
 	if len(r.PairedSummaries) == 0 {
 		return
 	}
-	fmt.Fprintf(out, "\nPaired: (b), (g) and (u), each running at the same time as (a), the measurement alternating between the two "+
-		"(a b b a ... in odd rounds, b a a b ... in even ones): PodSandboxStatus ((b) and (u)) in slices of %s, %s per side; "+
+	fmt.Fprintf(out, "\nPaired: (knext), (cniless) and (upstream-again), each running at the same time as (upstream), the measurement alternating between the two "+
+		"(U O O U ... in odd rounds, O U U O ... in even ones, U upstream): PodSandboxStatus ((knext) and (upstream-again)) in slices of %s, %s per side; "+
 		"pod lifecycle in batches of the concurrency, each batch after the previous one, %d pods per side.\n",
 		pairedSlice, r.Settings.Duration, r.Settings.LifecyclePods)
-	fmt.Fprintln(out, "Cells: the per-round ratio of p50s to (a)'s, median [min..max] over the rounds.")
+	fmt.Fprintln(out, "Cells: the per-round ratio of p50s to (upstream)'s, median [min..max] over the rounds.")
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "figure\tcfg\tp50 / (a)\t")
+	fmt.Fprintln(w, "figure\tcfg\tp50 / (upstream)\t")
 	for _, s := range r.PairedSummaries {
 		fmt.Fprintf(w, "%s\t%s\t%s\t\n", s.Figure, s.Config, cell(s.Ratio, "%.3f"))
 	}

@@ -32,30 +32,30 @@ func pairedRuns(key string, status, run8 []float64) []*PairedRun {
 
 func TestPairedTargetsJudgeBAndShowTheAAPair(t *testing.T) {
 	r := &report{Configurations: configurations(50 * time.Millisecond), Settings: settings{SlowDelay: 50 * time.Millisecond}}
-	r.Paired = append(pairedRuns("b", []float64{1.0, 1.5, 1.01}, []float64{1.25, 1.25, 1.5}),
-		pairedRuns("u", []float64{0.75, 1, 1.25}, []float64{1, 1, 1})...)
+	r.Paired = append(pairedRuns(cfgKnext, []float64{1.0, 1.5, 1.01}, []float64{1.25, 1.25, 1.5}),
+		pairedRuns(cfgUpstreamAgain, []float64{0.75, 1, 1.25}, []float64{1, 1, 1})...)
 	targets := map[string]Target{}
 	for _, target := range r.pairedTargets() {
 		targets[target.Name] = target
 	}
-	status := targets["(b) PodSandboxStatus p50, c1 <= 1.02 x (a), paired"]
-	if status.Status != "met" || status.Measured.Median != 1.01 || status.Note != "A/A, (u) / (a) paired: median 1 [0.75..1.25]" {
+	status := targets["(knext) PodSandboxStatus p50, c1 <= 1.02 x (upstream), paired"]
+	if status.Status != "met" || status.Measured.Median != 1.01 || status.Note != "A/A, (upstream-again) / (upstream) paired: median 1 [0.75..1.25]" {
 		t.Errorf("paired c1 status target = %+v (measured %+v), want met at median 1.01 with the A/A figure", status, status.Measured)
 	}
-	if run := targets["(b) RunPodSandbox p50, c8 <= 1.02 x (a), paired"]; run.Status != "missed" || run.Measured.Median != 1.25 {
+	if run := targets["(knext) RunPodSandbox p50, c8 <= 1.02 x (upstream), paired"]; run.Status != "missed" || run.Measured.Median != 1.25 {
 		t.Errorf("paired c8 RunPodSandbox target = %+v, want missed at median 1.25", run)
 	}
-	if stop := targets["(b) StopPodSandbox + RemovePodSandbox p50, c1 <= 1.02 x (a), paired"]; stop.Status != "not measured" {
+	if stop := targets["(knext) StopPodSandbox + RemovePodSandbox p50, c1 <= 1.02 x (upstream), paired"]; stop.Status != "not measured" {
 		t.Errorf("paired Stop+Remove c1 target without that figure = %+v, want not measured", stop)
 	}
-	if _, ok := targets["(g) PodSandboxStatus p50, c1 <= 0.80 x (a), paired"]; ok {
-		t.Error("a paired status target for (g): (g) is paired for its pod lifecycle only")
+	if _, ok := targets["(cniless) PodSandboxStatus p50, c1 <= 0.80 x (upstream), paired"]; ok {
+		t.Error("a paired status target for (cniless): (cniless) is paired for its pod lifecycle only")
 	}
-	r.Paired = append(r.Paired, pairedRuns("g", []float64{0}, []float64{0.75})...)
+	r.Paired = append(r.Paired, pairedRuns(cfgCNILess, []float64{0}, []float64{0.75})...)
 	if got := r.pairedTargets(); !slices.ContainsFunc(got, func(t Target) bool {
-		return t.Name == "(g) RunPodSandbox p50, c8 <= 0.80 x (a), paired" && t.Status == "met"
+		return t.Name == "(cniless) RunPodSandbox p50, c8 <= 0.80 x (upstream), paired" && t.Status == "met"
 	}) {
-		t.Errorf("paired targets %+v: want (g) RunPodSandbox c8 met at 0.75", got)
+		t.Errorf("paired targets %+v: want (cniless) RunPodSandbox c8 met at 0.75", got)
 	}
 	r.Paired = r.Paired[:len(r.Paired)-1]
 	summaries := r.pairedSummaries()
@@ -70,7 +70,7 @@ func TestPairedBenchmarkMeasuresAAndThePairedConfigurations(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range configurations(50 * time.Millisecond) {
-		want := c.Key == "a" || c.Key == "b" || c.Key == "g" || c.Key == "u"
+		want := c.Key == cfgUpstream || c.Key == cfgKnext || c.Key == cfgCNILess || c.Key == cfgUpstreamAgain
 		if got := b.measures(c); got != want {
 			t.Errorf("-benchmarks paired measures (%s): %v, want %v", c.Key, got, want)
 		}

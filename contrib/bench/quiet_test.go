@@ -34,15 +34,15 @@ func TestBusyShare(t *testing.T) {
 // A phase that ran without its quiet windows is listed with the busy share it was measured by.
 func TestQuietWaitsListThePhasesThatRanWithoutQuiet(t *testing.T) {
 	r := &report{
-		Runs: []*Run{{Config: "a", Round: 1, QuietWaits: []QuietWait{
+		Runs: []*Run{{Config: cfgUpstream, Round: 1, QuietWaits: []QuietWait{
 			{Phase: "status c1", Seconds: 0.5, Quiet: true},
 			{Phase: "lifecycle c8 run", Seconds: 15, Busy: 0.04},
 		}}},
-		Paired: []*PairedRun{{Config: "g", Round: 2, QuietWaits: []QuietWait{{Phase: "paired lifecycle c1 run", Seconds: 0.5, Quiet: true}}}},
+		Paired: []*PairedRun{{Config: cfgCNILess, Round: 2, QuietWaits: []QuietWait{{Phase: "paired lifecycle c1 run", Seconds: 0.5, Quiet: true}}}},
 	}
 	var out strings.Builder
 	r.printQuietWaits(&out)
-	for _, want := range []string{"Before each of the 3 timed phases", "not quiet within 15s, measured anyway: (a) round 1 lifecycle c8 run (last window 4%)."} {
+	for _, want := range []string{"Before each of the 3 timed phases", "not quiet within 15s, measured anyway: (upstream) round 1 lifecycle c8 run (last window 4%)."} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("quiet waits say %q, want it to contain %q", out.String(), want)
 		}

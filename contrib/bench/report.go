@@ -90,10 +90,10 @@ type PingSample struct {
 	CPU       CPUPerCall `json:"cpu"` // the plugin's and the caller's (with its busy wait)
 }
 
-// roundTrip is one kind of the no-op calls made to (c)'s plugin process.
+// roundTrip is one kind of the no-op calls made to (knext-1-plugin)'s plugin process.
 type roundTrip struct {
 	multiplexed bool // over NRI's multiplexer, as containerd reaches its plugins
-	// idle: the plugin left idle before each call, as between (c)'s queries at c1. A Go process
+	// idle: the plugin left idle before each call, as between (knext-1-plugin)'s queries at c1. A Go process
 	// idle for a fraction of a millisecond answers later than one called back to back.
 	idle bool
 }
@@ -231,9 +231,8 @@ type StormSummary struct {
 	StatusPerSecond *Spread `json:"statusPerSecond"`
 }
 
-// Target is one target of an issue, judged on the Judged statistic of Measured.
+// Target is one figure's limit, judged on the Judged statistic of Measured.
 type Target struct {
-	Issue    int     `json:"issue"`
 	Name     string  `json:"name"`
 	Limit    float64 `json:"limit"`
 	Judged   string  `json:"judged"` // "median" or "max" of Measured
@@ -295,7 +294,7 @@ func (r *report) hasConfig(key string) bool {
 func (r *report) finish() {
 	r.Finished = time.Now().UTC()
 	r.Machine.LoadEnd = loadAverage()
-	// Every run has the baseline (a), so both daemons.
+	// Every run has the baseline (upstream), so both daemons.
 	r.Binaries = map[string]string{"knext": version(r.Settings.Knext), "upstream": version(r.Settings.Upstream)}
 	r.DependencyDifferences = dependencyDifferences(r.Settings.Upstream, r.Settings.Knext)
 	sel := r.Settings.Selected
@@ -393,9 +392,9 @@ func (r *report) statusSummary(key string, v variant) StatusSummary {
 		P99Ms:                spread(roundValues(get(p99))),
 		PerSecond:            spread(roundValues(get(perSecond))),
 		PluginCallsPerStatus: spread(roundValues(get(func(s StatusSample) float64 { return s.PluginCallsPerStatus }))),
-		P50RatioToA:          spread(pairedRatios(get(p50), r.perRound("a", statusMetric(v, p50)))),
-		P99RatioToA:          spread(pairedRatios(get(p99), r.perRound("a", statusMetric(v, p99)))),
-		PerSecondRatioToA:    spread(pairedRatios(get(perSecond), r.perRound("a", statusMetric(v, perSecond)))),
+		P50RatioToA:          spread(pairedRatios(get(p50), r.perRound(cfgUpstream, statusMetric(v, p50)))),
+		P99RatioToA:          spread(pairedRatios(get(p99), r.perRound(cfgUpstream, statusMetric(v, p99)))),
+		PerSecondRatioToA:    spread(pairedRatios(get(perSecond), r.perRound(cfgUpstream, statusMetric(v, perSecond)))),
 	}
 }
 
@@ -414,7 +413,7 @@ func (r *report) stormSummary(key string) StormSummary {
 	return StormSummary{Config: key,
 		RunP50Ms:        spread(roundValues(r.perRound(key, stormMetric(runP50)))),
 		RunMaxMs:        spread(roundValues(r.perRound(key, stormMetric(func(s *StormSample) float64 { return s.RunMaxMs })))),
-		RunP50RatioToA:  spread(pairedRatios(r.perRound(key, stormMetric(runP50)), r.perRound("a", stormMetric(runP50)))),
+		RunP50RatioToA:  spread(pairedRatios(r.perRound(key, stormMetric(runP50)), r.perRound(cfgUpstream, stormMetric(runP50)))),
 		StatusPerSecond: spread(roundValues(r.perRound(key, stormMetric(func(s *StormSample) float64 { return s.StatusPerSecond })))),
 	}
 }
@@ -449,14 +448,14 @@ func judge(t Target, measured []float64, missing ...string) Target {
 	return t
 }
 
-// aaNote gives, for a target that compares a configuration with (a), the A/A ratios of the same
-// metric: (u), a second upstream instance, to (a). "" when (u) did not run.
+// aaNote gives, for a target that compares a configuration with (upstream), the A/A ratios of the same
+// metric: (upstream-again), a second upstream instance, to (upstream). "" when (upstream-again) did not run.
 func (r *report) aaNote(metric func(*Run) (float64, bool)) string {
-	aa := spread(pairedRatios(r.perRound("u", metric), r.perRound("a", metric)))
+	aa := spread(pairedRatios(r.perRound(cfgUpstreamAgain, metric), r.perRound(cfgUpstream, metric)))
 	if aa == nil {
 		return ""
 	}
-	return fmt.Sprintf("A/A, (u) / (a): median %.3g [%.3g..%.3g]", aa.Median, aa.Min, aa.Max)
+	return fmt.Sprintf("A/A, (upstream-again) / (upstream): median %.3g [%.3g..%.3g]", aa.Median, aa.Min, aa.Max)
 }
 
 func (r *report) absent(keys ...string) []string {
@@ -473,7 +472,7 @@ func (r *report) targets() []Target {
 	var targets []Target
 	ratio := func(num, den string, limit float64, v variant) Target {
 		t := Target{Name: fmt.Sprintf("(%s) PodSandboxStatus p50 <= %.2f x (%s), %s", num, limit, den, v), Limit: limit, Judged: "median"}
-		if den == "a" {
+		if den == cfgUpstream {
 			t.Note = r.aaNote(statusMetric(v, p50))
 		}
 		return judge(t, pairedRatios(r.perRound(num, statusMetric(v, p50)), r.perRound(den, statusMetric(v, p50))), r.absent(num, den)...)
@@ -481,35 +480,35 @@ func (r *report) targets() []Target {
 	for _, pair := range []struct {
 		num, den string
 		limit    float64
-	}{{"b", "a", 1.05}, {"c", "a", 1.6}, {"d", "c", 1.2}} {
+	}{{cfgKnext, cfgUpstream, 1.05}, {cfgOnePlugin, cfgUpstream, 1.6}, {cfgThreePlugins, cfgOnePlugin, 1.2}} {
 		for _, v := range variants {
 			targets = append(targets, ratio(pair.num, pair.den, pair.limit, v))
 		}
 	}
 	delayMs := float64(r.Settings.SlowDelay.Nanoseconds()) / 1e6
 	for _, v := range variants {
-		// "p50 ≈ delay + (c)'s, not a multiple": judged as (e) / (delay + (c)) <= 1.2, i.e. within a
-		// fifth of the delay plus (c)'s p50; serialized plugin calls give about the concurrency.
-		t := Target{Name: fmt.Sprintf("(e) PodSandboxStatus p50 / (%s + (c) p50) <= 1.2, %s", r.Settings.SlowDelay, v),
+		// "p50 ≈ delay + (knext-1-plugin)'s, not a multiple": judged as (knext-1-slow-plugin) / (delay + (knext-1-plugin)) <= 1.2, i.e. within a
+		// fifth of the delay plus (knext-1-plugin)'s p50; serialized plugin calls give about the concurrency.
+		t := Target{Name: fmt.Sprintf("(knext-1-slow-plugin) PodSandboxStatus p50 / (%s + (knext-1-plugin) p50) <= 1.2, %s", r.Settings.SlowDelay, v),
 			Limit: 1.2, Judged: "median"}
-		c := r.perRound("c", statusMetric(v, p50))
+		c := r.perRound(cfgOnePlugin, statusMetric(v, p50))
 		for round, value := range c {
 			c[round] = value + delayMs
 		}
-		targets = append(targets, judge(t, pairedRatios(r.perRound("e", statusMetric(v, p50)), c), r.absent("c", "e")...))
+		targets = append(targets, judge(t, pairedRatios(r.perRound(cfgOneSlowPlugin, statusMetric(v, p50)), c), r.absent(cfgOnePlugin, cfgOneSlowPlugin)...))
 	}
-	if r.hasConfig("f") { // opt-in: judged only when run
+	if r.hasConfig(cfgThreeSlowPlugins) { // opt-in: judged only when run
 		for _, v := range variants {
-			targets = append(targets, ratio("f", "e", 1.2, v))
+			targets = append(targets, ratio(cfgThreeSlowPlugins, cfgOneSlowPlugin, 1.2, v))
 		}
 	}
-	storm := Target{Name: "(e) RunPodSandbox p50 during the 16-way status storm <= 1.2 x (a)'s", Limit: 1.2, Judged: "median"}
-	stormRatios := pairedRatios(r.perRound("e", stormMetric(runP50)), r.perRound("a", stormMetric(runP50)))
-	targets = append(targets, judge(storm, stormRatios, r.absent("a", "e")...))
+	storm := Target{Name: "(knext-1-slow-plugin) RunPodSandbox p50 during the 16-way status storm <= 1.2 x (upstream)'s", Limit: 1.2, Judged: "median"}
+	stormRatios := pairedRatios(r.perRound(cfgOneSlowPlugin, stormMetric(runP50)), r.perRound(cfgUpstream, stormMetric(runP50)))
+	targets = append(targets, judge(storm, stormRatios, r.absent(cfgUpstream, cfgOneSlowPlugin)...))
 
 	// Internal callers: zero plugin calls in every run, and only where events did arrive (else
 	// the check proves nothing).
-	internal := Target{Name: "(c)-(e) plugin calls caused by CRI container events (internal callers) = 0", Limit: 0, Judged: "max"}
+	internal := Target{Name: "(knext-1-plugin)-(knext-1-slow-plugin) plugin calls caused by CRI container events (internal callers) = 0", Limit: 0, Judged: "max"}
 	var calls []float64
 	for _, run := range r.Runs {
 		if run.Events == nil {
@@ -523,8 +522,8 @@ func (r *report) targets() []Target {
 		calls = append(calls, float64(run.Events.PluginCalls))
 	}
 	var missing []string
-	if !r.hasConfig("c") && !r.hasConfig("d") && !r.hasConfig("e") {
-		missing = []string{"(c), (d), (e)"}
+	if !r.hasConfig(cfgOnePlugin) && !r.hasConfig(cfgThreePlugins) && !r.hasConfig(cfgOneSlowPlugin) {
+		missing = []string{"(knext-1-plugin), (knext-3-plugins), (knext-1-slow-plugin)"}
 	}
 	internal = judge(internal, calls, missing...)
 	internal.Note = strings.TrimSpace(internal.Note)
@@ -532,18 +531,15 @@ func (r *report) targets() []Target {
 
 	// Judged on the median round: on a loaded machine one of 16 "simultaneous" queries now and then
 	// reaches the daemon after the shared round trip has ended, and makes a second one.
-	burst := Target{Name: fmt.Sprintf("(e) plugin calls per burst of %d concurrent queries for one pod <= 1", stormWidth),
+	burst := Target{Name: fmt.Sprintf("(knext-1-slow-plugin) plugin calls per burst of %d concurrent queries for one pod <= 1", stormWidth),
 		Limit: 1, Judged: "median"}
-	bursts := roundValues(r.perRound("e", func(run *Run) (float64, bool) {
+	bursts := roundValues(r.perRound(cfgOneSlowPlugin, func(run *Run) (float64, bool) {
 		if run.Bursts == nil {
 			return 0, false
 		}
 		return run.Bursts.PluginCallsPerBurstPerPlugin, true
 	}))
-	targets = append(targets, judge(burst, bursts, r.absent("e")...))
-	for i := range targets {
-		targets[i].Issue = 6
-	}
+	targets = append(targets, judge(burst, bursts, r.absent(cfgOneSlowPlugin)...))
 	return targets
 }
 
@@ -609,7 +605,7 @@ func (r *report) printTable(out io.Writer) {
 	}
 	fmt.Fprintf(out, "\nrunning pods: %d; rounds: %d, configurations alternating in a rotating order; "+
 		"each PodSandboxStatus measurement: %s.\n", s.Pods, s.Repeats, s.Duration)
-	fmt.Fprintln(out, "Cells: median [min..max] over the rounds; ratios are per-round ratios to (a), same statistics.")
+	fmt.Fprintln(out, "Cells: median [min..max] over the rounds; ratios are per-round ratios to (upstream), same statistics.")
 	r.printQuietWaits(out)
 	if s.Selected.Status {
 		r.printStatus(out)
@@ -622,26 +618,19 @@ func (r *report) printTable(out io.Writer) {
 	if s.Selected.Cluster {
 		r.printCluster(out)
 	}
-	for _, issue := range []int{6, 12} {
-		printed := false
-		for _, t := range r.Targets {
-			if t.Issue != issue {
-				continue
-			}
-			if !printed {
-				fmt.Fprintf(out, "\nTargets (issue %d):\n", issue)
-				printed = true
-			}
-			measured := "-"
-			if t.Measured != nil {
-				measured = t.Judged + " " + cell(t.Measured, "%.3g")
-			}
-			line := fmt.Sprintf("  %-12s %s: %s", strings.ToUpper(t.Status), t.Name, measured)
-			if t.Note != "" {
-				line += " (" + t.Note + ")"
-			}
-			fmt.Fprintln(out, line)
+	if len(r.Targets) > 0 {
+		fmt.Fprintln(out, "\nTargets:")
+	}
+	for _, t := range r.Targets {
+		measured := "-"
+		if t.Measured != nil {
+			measured = t.Judged + " " + cell(t.Measured, "%.3g")
 		}
+		line := fmt.Sprintf("  %-12s %s: %s", strings.ToUpper(t.Status), t.Name, measured)
+		if t.Note != "" {
+			line += " (" + t.Note + ")"
+		}
+		fmt.Fprintln(out, line)
 	}
 }
 
@@ -678,7 +667,7 @@ func (r *report) printQuietWaits(out io.Writer) {
 
 func (r *report) printStatus(out io.Writer) {
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "\nvariant\tcfg\tp50 ms\tp99 ms\tcalls/s\tp50 / (a)\tp99 / (a)\tcalls/s / (a)\tplugin calls per status\t")
+	fmt.Fprintln(w, "\nvariant\tcfg\tp50 ms\tp99 ms\tcalls/s\tp50 / (upstream)\tp99 / (upstream)\tcalls/s / (upstream)\tplugin calls per status\t")
 	for _, st := range r.Status {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", st.Variant, st.Config,
 			cell(st.P50Ms, "%.3f"), cell(st.P99Ms, "%.3f"), cell(st.PerSecond, "%.0f"),
@@ -690,7 +679,7 @@ func (r *report) printStatus(out io.Writer) {
 	if len(r.Storm) > 0 {
 		fmt.Fprintf(out, "\nRunPodSandbox of %d new pods, one at a time, during a %d-way PodSandboxStatus storm:\n", r.Settings.StormPods, stormWidth)
 		w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(w, "cfg\tRunPodSandbox p50 ms\tmax ms\tp50 / (a)\tstatus calls/s during the storm\t")
+		fmt.Fprintln(w, "cfg\tRunPodSandbox p50 ms\tmax ms\tp50 / (upstream)\tstatus calls/s during the storm\t")
 		for _, st := range r.Storm {
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t\n", st.Config, cell(st.RunP50Ms, "%.1f"), cell(st.RunMaxMs, "%.1f"),
 				cell(st.RunP50RatioToA, "%.2f"), cell(st.StatusPerSecond, "%.0f"))

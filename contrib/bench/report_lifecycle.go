@@ -50,7 +50,7 @@ func (r *report) lifecycleSummary(key string, width int) LifecycleSummary {
 		return r.perRound(k, lifecycleMetric(width, field))
 	}
 	ratio := func(field func(LifecycleSample) float64) *Spread {
-		return spread(pairedRatios(get(key, field), get("a", field)))
+		return spread(pairedRatios(get(key, field), get(cfgUpstream, field)))
 	}
 	sum := LifecycleSummary{Config: key, Concurrency: width,
 		RunP50Ms: spread(roundValues(get(key, runP50Life))), RunP99Ms: spread(roundValues(get(key, runP99Life))),
@@ -153,7 +153,7 @@ func (r *report) lifecycleSteps() []StepSummary {
 	return steps
 }
 
-// OverheadSummary is what configuration (c)'s status query costs beyond upstream's query and
+// OverheadSummary is what configuration (knext-1-plugin)'s status query costs beyond upstream's query and
 // the raw ttrpc round trip to its plugin: the runtime's own work for the NRI query.
 type OverheadSummary struct {
 	Variant   string  `json:"variant"`
@@ -161,7 +161,7 @@ type OverheadSummary struct {
 	// MultiplexedPingP50Ms is the round trip over NRI's multiplexer: not the floor, the share
 	// of NRI's transport in the overhead.
 	MultiplexedPingP50Ms *Spread `json:"multiplexedPingP50Ms"`
-	OverheadMs           *Spread `json:"overheadMs"` // (c) p50 - (a) p50 - round trip p50, per round
+	OverheadMs           *Spread `json:"overheadMs"` // (knext-1-plugin) p50 - (upstream) p50 - round trip p50, per round
 	FractionOfA          *Spread `json:"fractionOfA"`
 	// IdlePingP50Ms is the round trip after an idle gap (c1 without verbose only: its gap is
 	// that variant's), and IdleFractionOfA the overhead beyond it: shown, not judged.
@@ -171,7 +171,7 @@ type OverheadSummary struct {
 
 // pingP50 is the p50 of round trip rt per round at the concurrency of variant v.
 func (r *report) pingP50(v variant, rt roundTrip) map[int]float64 {
-	return r.perRound("c", func(run *Run) (float64, bool) {
+	return r.perRound(cfgOnePlugin, func(run *Run) (float64, bool) {
 		for _, p := range run.Ping {
 			if p.Concurrency == v.Concurrency && p.is(rt) && p.Calls > 0 {
 				return p.P50Ms, true
@@ -181,10 +181,10 @@ func (r *report) pingP50(v variant, rt roundTrip) map[int]float64 {
 	})
 }
 
-// statusOverhead returns, per round, (c) p50 - (a) p50 - round trip rt's p50 and that as a
-// fraction of (a)'s p50.
+// statusOverhead returns, per round, (knext-1-plugin) p50 - (upstream) p50 - round trip rt's p50 and that as a
+// fraction of (upstream)'s p50.
 func (r *report) statusOverhead(v variant, rt roundTrip) (overheadMs, fraction []float64) {
-	a, c, rtt := r.perRound("a", statusMetric(v, p50)), r.perRound("c", statusMetric(v, p50)), r.pingP50(v, rt)
+	a, c, rtt := r.perRound(cfgUpstream, statusMetric(v, p50)), r.perRound(cfgOnePlugin, statusMetric(v, p50)), r.pingP50(v, rt)
 	for round, cp50 := range c {
 		ap50, okA := a[round]
 		ping, okP := rtt[round]
@@ -227,35 +227,35 @@ func (r *report) lifecycleTargets() []Target {
 	for _, pair := range []struct {
 		key   string
 		limit float64
-	}{{"b", 1.02}, {"g", 0.8}} {
+	}{{cfgKnext, 1.02}, {cfgCNILess, 0.8}} {
 		for _, phase := range phases {
 			for _, width := range lifecycleWidths {
 				metric := lifecycleMetric(width, phase.field)
-				t := Target{Issue: 12, Name: fmt.Sprintf("(%s) %s p50 <= %.2f x (a), c%d", pair.key, phase.name, pair.limit, width),
+				t := Target{Name: fmt.Sprintf("(%s) %s p50 <= %.2f x (upstream), c%d", pair.key, phase.name, pair.limit, width),
 					Limit: pair.limit, Judged: "median", Note: r.aaNote(metric)}
-				ratios := pairedRatios(r.perRound(pair.key, metric), r.perRound("a", metric))
-				targets = append(targets, judge(t, ratios, r.absent(pair.key, "a")...))
+				ratios := pairedRatios(r.perRound(pair.key, metric), r.perRound(cfgUpstream, metric))
+				targets = append(targets, judge(t, ratios, r.absent(pair.key, cfgUpstream)...))
 			}
 		}
 	}
 	return targets
 }
 
-// statusTargets12 are the status targets of (c)'s overhead beyond the raw round trip and of (b)
+// statusTargets12 are the status targets of (knext-1-plugin)'s overhead beyond the raw round trip and of (knext)
 // at 1.02, judged on the median over the rounds.
 func (r *report) statusTargets12() []Target {
 	var targets []Target
 	for _, v := range variants {
-		t := Target{Issue: 12, Name: fmt.Sprintf("(c) PodSandboxStatus runtime-side overhead beyond the raw round trip <= 0.20 x (a)'s query, %s", v),
+		t := Target{Name: fmt.Sprintf("(knext-1-plugin) PodSandboxStatus runtime-side overhead beyond the raw round trip <= 0.20 x (upstream)'s query, %s", v),
 			Limit: 0.2, Judged: "median"}
 		_, fraction := r.statusOverhead(v, roundTrip{})
-		targets = append(targets, judge(t, fraction, r.absent("a", "c")...))
+		targets = append(targets, judge(t, fraction, r.absent(cfgUpstream, cfgOnePlugin)...))
 	}
 	for _, v := range variants {
-		t := Target{Issue: 12, Name: fmt.Sprintf("(b) PodSandboxStatus p50 <= 1.02 x (a), %s", v), Limit: 1.02, Judged: "median",
+		t := Target{Name: fmt.Sprintf("(knext) PodSandboxStatus p50 <= 1.02 x (upstream), %s", v), Limit: 1.02, Judged: "median",
 			Note: r.aaNote(statusMetric(v, p50))}
-		targets = append(targets, judge(t, pairedRatios(r.perRound("b", statusMetric(v, p50)), r.perRound("a", statusMetric(v, p50))),
-			r.absent("a", "b")...))
+		targets = append(targets, judge(t, pairedRatios(r.perRound(cfgKnext, statusMetric(v, p50)), r.perRound(cfgUpstream, statusMetric(v, p50))),
+			r.absent(cfgUpstream, cfgKnext)...))
 	}
 	return targets
 }
@@ -268,7 +268,7 @@ func (r *report) printLifecycle(out io.Writer) {
 		"RunPodSandbox, then StopPodSandbox + RemovePodSandbox of each.\n", r.Settings.LifecyclePods, r.Settings.Pods)
 	fmt.Fprintln(out, "Cells: median [min..max] over the rounds of the per-round figure; pooled: over every pod of every round.")
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "call\tconc\tcfg\tp50 ms\tp99 ms\tp50 / (a)\tp99 / (a)\tpooled p50 ms\tpooled p99 ms\tpods\t")
+	fmt.Fprintln(w, "call\tconc\tcfg\tp50 ms\tp99 ms\tp50 / (upstream)\tp99 / (upstream)\tpooled p50 ms\tpooled p99 ms\tpods\t")
 	for _, phase := range []string{"RunPodSandbox", "Stop+Remove"} {
 		for _, s := range r.Lifecycle {
 			p50, p99, r50, r99, pp50, pp99 := s.RunP50Ms, s.RunP99Ms, s.RunP50RatioToA, s.RunP99RatioToA, s.PooledRunP50Ms, s.PooledRunP99Ms
@@ -300,13 +300,13 @@ func (r *report) printOverhead(out io.Writer) {
 	if len(r.Overhead) == 0 {
 		return
 	}
-	fmt.Fprintln(out, "\n(c)'s status query beyond the raw ttrpc round trip to its plugin process (a no-op call of the same"+
-		" process, same concurrency, same round): overhead = (c) p50 - (a) p50 - round trip p50. At c1 the plugin idles"+
-		" between (c)'s queries; the round trip after an idle gap (the caller busy-waits (c)'s p50 less the round trip's"+
+	fmt.Fprintln(out, "\n(knext-1-plugin)'s status query beyond the raw ttrpc round trip to its plugin process (a no-op call of the same"+
+		" process, same concurrency, same round): overhead = (knext-1-plugin) p50 - (upstream) p50 - round trip p50. At c1 the plugin idles"+
+		" between (knext-1-plugin)'s queries; the round trip after an idle gap (the caller busy-waits (knext-1-plugin)'s p50 less the round trip's"+
 		" before each call) and the overhead beyond it are shown, not judged.")
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "variant\tround trip p50 ms\toverhead ms\toverhead / (a) p50\tround trip over NRI's multiplexer p50 ms\t"+
-		"round trip after an idle gap p50 ms\toverhead beyond it / (a) p50\t")
+	fmt.Fprintln(w, "variant\tround trip p50 ms\toverhead ms\toverhead / (upstream) p50\tround trip over NRI's multiplexer p50 ms\t"+
+		"round trip after an idle gap p50 ms\toverhead beyond it / (upstream) p50\t")
 	for _, o := range r.Overhead {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", o.Variant, cell(o.PingP50Ms, "%.3f"), cell(o.OverheadMs, "%.3f"),
 			cell(o.FractionOfA, "%.2f"), cell(o.MultiplexedPingP50Ms, "%.3f"), cell(o.IdlePingP50Ms, "%.3f"), cell(o.IdleFractionOfA, "%.2f"))

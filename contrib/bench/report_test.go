@@ -75,48 +75,48 @@ func TestTargetsJudgeMedianOfPerRoundRatios(t *testing.T) {
 	r := &report{Configurations: configs, Settings: settings{SlowDelay: 50 * time.Millisecond}}
 	// Round 2 is slow for both a and b: per-round ratios 1.0, 1.02, 1.2 -> median 1.02 (met),
 	// while the ratio of the medians (0.12/0.1) would be 1.2 (missed).
-	r.Runs = append(runs("a", 0.10, 0.50, 0.10), runs("b", 0.10, 0.51, 0.12)...)
-	r.Runs = append(r.Runs, runs("c", 0.2, 0.2, 0.2)...)
-	r.Runs = append(r.Runs, runs("e", 50.2, 50.2, 80)...)
+	r.Runs = append(runs(cfgUpstream, 0.10, 0.50, 0.10), runs(cfgKnext, 0.10, 0.51, 0.12)...)
+	r.Runs = append(r.Runs, runs(cfgOnePlugin, 0.2, 0.2, 0.2)...)
+	r.Runs = append(r.Runs, runs(cfgOneSlowPlugin, 50.2, 50.2, 80)...)
 
-	if got := target(t, r, "(b) PodSandboxStatus p50 <= 1.05 x (a), c1"); got.Status != "met" || got.Measured.Median != 1.02 {
-		t.Errorf("(b) target = %+v (measured %+v), want met at median 1.02", got, got.Measured)
+	if got := target(t, r, "(knext) PodSandboxStatus p50 <= 1.05 x (upstream), c1"); got.Status != "met" || got.Measured.Median != 1.02 {
+		t.Errorf("(knext) target = %+v (measured %+v), want met at median 1.02", got, got.Measured)
 	}
-	if got := target(t, r, "(c) PodSandboxStatus p50 <= 1.60 x (a), c1"); got.Status != "missed" {
-		t.Errorf("(c) target = %+v, want missed (ratios 2, 0.4, 2)", got)
+	if got := target(t, r, "(knext-1-plugin) PodSandboxStatus p50 <= 1.60 x (upstream), c1"); got.Status != "missed" {
+		t.Errorf("(knext-1-plugin) target = %+v, want missed (ratios 2, 0.4, 2)", got)
 	}
-	// (e) / (50 ms + (c)): 1, 1, 1.59 -> median 1: met.
-	if got := target(t, r, "(e) PodSandboxStatus p50 / (50ms + (c) p50) <= 1.2, c1"); got.Status != "met" || got.Measured.Max < 1.5 {
-		t.Errorf("(e) target = %+v (measured %+v), want met with the slow round as max", got, got.Measured)
+	// (knext-1-slow-plugin) / (50 ms + (knext-1-plugin)): 1, 1, 1.59 -> median 1: met.
+	if got := target(t, r, "(knext-1-slow-plugin) PodSandboxStatus p50 / (50ms + (knext-1-plugin) p50) <= 1.2, c1"); got.Status != "met" || got.Measured.Max < 1.5 {
+		t.Errorf("(knext-1-slow-plugin) target = %+v (measured %+v), want met with the slow round as max", got, got.Measured)
 	}
-	if got := target(t, r, "(d) PodSandboxStatus p50 <= 1.20 x (c), c1"); got.Status != "not measured" || got.Note == "" {
-		t.Errorf("(d) target without (d) runs = %+v, want not measured, saying why", got)
+	if got := target(t, r, "(knext-3-plugins) PodSandboxStatus p50 <= 1.20 x (knext-1-plugin), c1"); got.Status != "not measured" || got.Note == "" {
+		t.Errorf("(knext-3-plugins) target without (knext-3-plugins) runs = %+v, want not measured, saying why", got)
 	}
-	if got := target(t, r, "(f) PodSandboxStatus p50 <= 1.20 x (e), c1"); got.Status != "not measured" {
-		t.Errorf("(f) target with f selected but not run = %+v, want not measured", got)
+	if got := target(t, r, "(knext-3-slow-plugins) PodSandboxStatus p50 <= 1.20 x (knext-1-slow-plugin), c1"); got.Status != "not measured" {
+		t.Errorf("(knext-3-slow-plugins) target with f selected but not run = %+v, want not measured", got)
 	}
 	r.Configurations = configs[:3]
-	if got := target(t, r, "(d) PodSandboxStatus p50 <= 1.20 x (c), c1"); got.Status != "not measured" || !strings.Contains(got.Note, "(d)") {
-		t.Errorf("(d) target with (d) not selected = %+v, want not measured naming (d)", got)
+	if got := target(t, r, "(knext-3-plugins) PodSandboxStatus p50 <= 1.20 x (knext-1-plugin), c1"); got.Status != "not measured" || !strings.Contains(got.Note, "(knext-3-plugins)") {
+		t.Errorf("(knext-3-plugins) target with (knext-3-plugins) not selected = %+v, want not measured naming (knext-3-plugins)", got)
 	}
 }
 
 func TestInternalCallerTargetNeedsEventsAndZeroCalls(t *testing.T) {
 	r := &report{Configurations: configurations(50 * time.Millisecond)}
 	r.Runs = []*Run{
-		{Config: "c", Round: 1, Events: &EventsSample{Events: 4, PluginCalls: 0}},
-		{Config: "e", Round: 1, Events: &EventsSample{Events: 2, PluginCalls: 7}}, // incomplete: not counted
+		{Config: cfgOnePlugin, Round: 1, Events: &EventsSample{Events: 4, PluginCalls: 0}},
+		{Config: cfgOneSlowPlugin, Round: 1, Events: &EventsSample{Events: 2, PluginCalls: 7}}, // incomplete: not counted
 	}
-	got := target(t, r, "(c)-(e) plugin calls caused by CRI container events (internal callers) = 0")
+	got := target(t, r, "(knext-1-plugin)-(knext-1-slow-plugin) plugin calls caused by CRI container events (internal callers) = 0")
 	if got.Status != "met" || got.Measured.N != 1 || !strings.Contains(got.Note, "only 2 of 4") {
 		t.Errorf("internal-caller target = %+v, want met on the one complete run, noting the incomplete one", got)
 	}
-	r.Runs = append(r.Runs, &Run{Config: "d", Round: 1, Events: &EventsSample{Events: 4, PluginCalls: 1}})
-	if got := target(t, r, "(c)-(e) plugin calls caused by CRI container events (internal callers) = 0"); got.Status != "missed" {
+	r.Runs = append(r.Runs, &Run{Config: cfgThreePlugins, Round: 1, Events: &EventsSample{Events: 4, PluginCalls: 1}})
+	if got := target(t, r, "(knext-1-plugin)-(knext-1-slow-plugin) plugin calls caused by CRI container events (internal callers) = 0"); got.Status != "missed" {
 		t.Errorf("internal-caller target with one plugin call = %+v, want missed", got)
 	}
 	r.Runs = nil
-	if got := target(t, r, "(c)-(e) plugin calls caused by CRI container events (internal callers) = 0"); got.Status != "not measured" {
+	if got := target(t, r, "(knext-1-plugin)-(knext-1-slow-plugin) plugin calls caused by CRI container events (internal callers) = 0"); got.Status != "not measured" {
 		t.Errorf("internal-caller target without runs = %+v, want not measured", got)
 	}
 }
@@ -124,11 +124,11 @@ func TestInternalCallerTargetNeedsEventsAndZeroCalls(t *testing.T) {
 func TestBurstTargetJudgesTheMedianRound(t *testing.T) {
 	r := &report{Configurations: configurations(50 * time.Millisecond)}
 	r.Runs = []*Run{
-		{Config: "e", Round: 1, Bursts: &BurstSample{PluginCallsPerBurstPerPlugin: 1}},
-		{Config: "e", Round: 2, Bursts: &BurstSample{PluginCallsPerBurstPerPlugin: 1.05}}, // one late query
-		{Config: "e", Round: 3, Bursts: &BurstSample{PluginCallsPerBurstPerPlugin: 1}},
+		{Config: cfgOneSlowPlugin, Round: 1, Bursts: &BurstSample{PluginCallsPerBurstPerPlugin: 1}},
+		{Config: cfgOneSlowPlugin, Round: 2, Bursts: &BurstSample{PluginCallsPerBurstPerPlugin: 1.05}}, // one late query
+		{Config: cfgOneSlowPlugin, Round: 3, Bursts: &BurstSample{PluginCallsPerBurstPerPlugin: 1}},
 	}
-	name := "(e) plugin calls per burst of 16 concurrent queries for one pod <= 1"
+	name := "(knext-1-slow-plugin) plugin calls per burst of 16 concurrent queries for one pod <= 1"
 	if got := target(t, r, name); got.Status != "met" || got.Measured.Max != 1.05 {
 		t.Errorf("burst target = %+v (measured %+v), want met, showing the max 1.05", got, got.Measured)
 	}
@@ -141,33 +141,33 @@ func TestBurstTargetJudgesTheMedianRound(t *testing.T) {
 
 func TestSelectConfigurations(t *testing.T) {
 	all := configurations(50 * time.Millisecond)
-	got, err := selectConfigurations(all, "e, a,b")
-	if err != nil || len(got) != 3 || got[0].Key != "a" || got[1].Key != "b" || got[2].Key != "e" {
-		t.Errorf("select e,a,b = %v, %v; want a, b, e in canonical order", got, err)
+	got, err := selectConfigurations(all, "knext-1-slow-plugin, upstream,knext")
+	if err != nil || len(got) != 3 || got[0].Key != cfgUpstream || got[1].Key != cfgKnext || got[2].Key != cfgOneSlowPlugin {
+		t.Errorf("select knext-1-slow-plugin,upstream,knext = %v, %v; want them in canonical order", got, err)
 	}
-	if _, err := selectConfigurations(all, "b,c"); err == nil {
-		t.Error("a selection without the baseline a was accepted")
+	if _, err := selectConfigurations(all, "knext,knext-1-plugin"); err == nil {
+		t.Error("a selection without the baseline upstream was accepted")
 	}
-	if _, err := selectConfigurations(all, "a,x"); err == nil || !strings.Contains(err.Error(), `"x"`) {
+	if _, err := selectConfigurations(all, "upstream,x"); err == nil || !strings.Contains(err.Error(), `"x"`) {
 		t.Errorf("unknown configuration x: error %v, want one naming it", err)
 	}
 }
 
 func TestRotateStartsEachRoundElsewhere(t *testing.T) {
-	instances := []*instance{{c: configuration{Key: "a"}}, {c: configuration{Key: "b"}}, {c: configuration{Key: "c"}}}
+	instances := []*instance{{c: configuration{Key: cfgUpstream}}, {c: configuration{Key: cfgKnext}}, {c: configuration{Key: cfgOnePlugin}}}
 	keys := func(in []*instance) string {
 		var s []string
 		for _, i := range in {
 			s = append(s, i.c.Key)
 		}
-		return strings.Join(s, "")
+		return strings.Join(s, " ")
 	}
-	for r, want := range []string{"abc", "bca", "cab", "abc"} {
+	for r, want := range []string{"upstream knext knext-1-plugin", "knext knext-1-plugin upstream", "knext-1-plugin upstream knext", "upstream knext knext-1-plugin"} {
 		if got := keys(rotate(instances, r)); got != want {
 			t.Errorf("round %d order %s, want %s", r, got, want)
 		}
 	}
-	if keys(instances) != "abc" {
+	if keys(instances) != "upstream knext knext-1-plugin" {
 		t.Error("rotate modified its argument")
 	}
 	if got := rotate(nil, 3); got != nil {
@@ -177,17 +177,17 @@ func TestRotateStartsEachRoundElsewhere(t *testing.T) {
 
 func TestTargetsAgainstUpstreamCarryTheAAFigure(t *testing.T) {
 	r := &report{Configurations: configurations(50 * time.Millisecond), Settings: settings{SlowDelay: 50 * time.Millisecond}}
-	r.Runs = append(runs("a", 4, 4, 4), runs("b", 4, 5, 6)...)
-	name := "(b) PodSandboxStatus p50 <= 1.02 x (a), c1"
+	r.Runs = append(runs(cfgUpstream, 4, 4, 4), runs(cfgKnext, 4, 5, 6)...)
+	name := "(knext) PodSandboxStatus p50 <= 1.02 x (upstream), c1"
 	if got := target(t, r, name); got.Note != "" {
-		t.Errorf("without (u) runs, %s has note %q, want none", name, got.Note)
+		t.Errorf("without (upstream-again) runs, %s has note %q, want none", name, got.Note)
 	}
-	r.Runs = append(r.Runs, runs("u", 3, 5, 4)...)
+	r.Runs = append(r.Runs, runs(cfgUpstreamAgain, 3, 5, 4)...)
 	got := target(t, r, name)
-	if want := "A/A, (u) / (a): median 1 [0.75..1.25]"; got.Note != want {
+	if want := "A/A, (upstream-again) / (upstream): median 1 [0.75..1.25]"; got.Note != want {
 		t.Errorf("%s has note %q, want %q", name, got.Note, want)
 	}
 	if got.Status != "missed" || got.Measured.Median != 1.25 {
-		t.Errorf("%s = %+v (measured %+v): the A/A figure must not change the judgement of (b)", name, got, got.Measured)
+		t.Errorf("%s = %+v (measured %+v): the A/A figure must not change the judgement of (knext)", name, got, got.Measured)
 	}
 }

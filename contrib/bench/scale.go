@@ -22,7 +22,7 @@ import (
 
 // scaleConfigs are the configurations of the scale measurements: upstream, knext with one status
 // plugin (last known answers persisted per pod), knext CNI-less.
-var scaleConfigs = []string{"a", "c", "g"}
+var scaleConfigs = []string{cfgUpstream, cfgOnePlugin, cfgCNILess}
 
 // ScaleSample is one restart of a configuration with -scale-pods pods.
 type ScaleSample struct {
@@ -381,8 +381,8 @@ func (r *report) scaleSummaries() []ScaleSummary {
 			SweepP99Ms:            spread(roundValues(perRound(key, func(s ScaleSample) float64 { return s.SweepP99Ms }))),
 			ReadySeconds:          spread(roundValues(perRound(key, func(s ScaleSample) float64 { return s.ReadySeconds }))),
 			AnsweredSeconds:       spread(roundValues(perRound(key, answered))),
-			SweepRatioToA:         spread(pairedRatios(perRound(key, sweep), perRound("a", sweep))),
-			AnsweredRatioToA:      spread(pairedRatios(perRound(key, answered), perRound("a", answered))),
+			SweepRatioToA:         spread(pairedRatios(perRound(key, sweep), perRound(cfgUpstream, sweep))),
+			AnsweredRatioToA:      spread(pairedRatios(perRound(key, answered), perRound(cfgUpstream, answered))),
 			StatusCallsUntilFresh: spread(roundValues(perRound(key, func(s ScaleSample) float64 { return float64(s.StatusCalls) }))),
 		}
 		out = append(out, sum)
@@ -398,7 +398,7 @@ func (r *report) printScale(out io.Writer) {
 	fmt.Fprintln(out, "sweep: PodSandboxStatus of every pod, one after the other (a restarted kubelet), daemon and plugins up;")
 	fmt.Fprintln(out, "restart: SIGTERM to the daemon until CRI is ready again, and until every pod has answered READY with its IPs.")
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "cfg	sweep ms	sweep / (a)	per call p50 ms	p99 ms	restart: CRI ready s	every pod answered s	/ (a)	queries until then	")
+	fmt.Fprintln(w, "cfg	sweep ms	sweep / (upstream)	per call p50 ms	p99 ms	restart: CRI ready s	every pod answered s	/ (upstream)	queries until then	")
 	for _, s := range r.ScaleSummaries {
 		fmt.Fprintf(w, "%s	%s	%s	%s	%s	%s	%s	%s	%s	\n", s.Config, cell(s.SweepMs, "%.1f"), cell(s.SweepRatioToA, "%.2f"),
 			cell(s.SweepP50Ms, "%.3f"), cell(s.SweepP99Ms, "%.3f"), cell(s.ReadySeconds, "%.2f"), cell(s.AnsweredSeconds, "%.2f"),
