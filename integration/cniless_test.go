@@ -62,11 +62,7 @@ func podIPObserverPath(t *testing.T) string {
 // returned log, then run the real plugin of /usr/lib/cni: proof of every CNI invocation.
 func recordingCNIBinDir(t *testing.T) (dir, invocations string) {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "knext-cni-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir = t.TempDir()
 	invocations = filepath.Join(dir, "invocations")
 	for _, name := range cniPluginNames {
 		script := fmt.Sprintf("#!/bin/sh\necho \"%s $CNI_COMMAND\" >> %s\nexec /usr/lib/cni/%s \"$@\"\n", name, invocations, name)

@@ -625,14 +625,14 @@ func TestKubeletCNILessNRIBridgePod(t *testing.T) {
 
 	written := n.addStaticPods(t, appPod("a", nil), appPod("b", nil))
 	if !t.Run("app pods wait for the network", func(t *testing.T) {
-		pods := n.waitKubelet(t, time.Minute, "held back for want of a network", func(pods map[string]*corev1.Pod) bool {
+		n.waitKubelet(t, time.Minute, "held back for want of a network", func(pods map[string]*corev1.Pod) bool {
 			return hasStatus(pods["a"]) && hasStatus(pods["b"]) &&
 				n.kubeletLogCount(t, "network is not ready", "a-"+n.k.NodeName) > 0 &&
 				n.kubeletLogCount(t, "network is not ready", "b-"+n.k.NodeName) > 0
 		})
 		// A few more kubelet syncs (runtime status every 5 s) change nothing.
 		time.Sleep(6 * time.Second)
-		pods = n.kubeletPods(t)
+		pods := n.kubeletPods(t)
 		for _, name := range []string{"a", "b"} {
 			pod := pods[name]
 			if !hasStatus(pod) || pod.Status.Phase != corev1.PodPending || len(pod.Status.PodIPs) != 0 {

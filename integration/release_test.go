@@ -57,7 +57,7 @@ func TestReleaseTarballRunsTheDemo(t *testing.T) {
 		t.Errorf("%s.sha256sum holds %q, want %q", filepath.Base(tarball), checksum, want)
 	}
 
-	root, err := os.MkdirTemp("", "knext-release-")
+	root, err := os.MkdirTemp("", "knext-release-") //nolint:usetesting // a short path: the demo's sockets live under it
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func wantConfigAccepted(t *testing.T, containerd, config string) {
 func unitDirectives(unit string) map[string]map[string][]string {
 	sections := map[string]map[string][]string{}
 	section := ""
-	for _, line := range strings.Split(unit, "\n") {
+	for line := range strings.SplitSeq(unit, "\n") {
 		line = strings.TrimSpace(line)
 		switch {
 		case line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, ";"):

@@ -60,7 +60,7 @@ func runCluster(ctx context.Context, s settings, report *report) (err error) {
 			err = errors.Join(err, cluster.Down(bc.c.Dir, log.Printf))
 		}
 	}()
-	for _, runtime := range strings.Split(s.ClusterRuntimes, ",") {
+	for runtime := range strings.SplitSeq(s.ClusterRuntimes, ",") {
 		bc, err := newBenchCluster(ctx, runtime)
 		if bc != nil {
 			clusters = append(clusters, bc)
@@ -306,7 +306,7 @@ func (w *rolloutWatch) notify() {
 	}
 }
 
-// wait returns once pods pods are Ready and every IP of theirs is in an EndpointSlice.
+// wait returns once `pods` pods are Ready and every IP of theirs is in an EndpointSlice.
 func (w *rolloutWatch) wait(ctx context.Context, pods int, timeout time.Duration) error {
 	deadline := time.After(timeout)
 	for {

@@ -8,7 +8,7 @@
 // needs. Every instance has the same generated configuration: a CNI network of bridge,
 // host-local, portmap and loopback, NRI enabled, a metrics endpoint.
 //
-//	upstream                 upstream containerd built from the pristine module (`make upstream`)
+//	upstream                 containerd built from the pristine module (`make upstream`)
 //	knext                    knext, NRI enabled, no NRI plugin
 //	knext-1-plugin           knext + one status plugin (contrib/bench/statusplugin) answering from memory
 //	knext-3-plugins          knext + three such plugins
@@ -170,7 +170,7 @@ type benchmarks struct {
 
 func parseBenchmarks(list string) (benchmarks, error) {
 	var b benchmarks
-	for _, name := range strings.Split(list, ",") {
+	for name := range strings.SplitSeq(list, ",") {
 		switch strings.TrimSpace(name) {
 		case "status":
 			b.Status = true
@@ -417,7 +417,7 @@ func binaryIn(dir, name string) string {
 // baseline upstream must be one of them.
 func selectConfigurations(all []configuration, list string) ([]configuration, error) {
 	wanted := map[string]bool{}
-	for _, key := range strings.Split(list, ",") {
+	for key := range strings.SplitSeq(list, ",") {
 		wanted[strings.TrimSpace(key)] = true
 	}
 	var selected []configuration

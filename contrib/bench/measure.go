@@ -171,13 +171,11 @@ func forEach(n, width int, fn func(i int) error) error {
 	var wg sync.WaitGroup
 	errs := make([]error, width)
 	for w := range errs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := int(next.Add(1) - 1); i < n && errs[w] == nil; i = int(next.Add(1) - 1) {
 				errs[w] = fn(i)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	return errors.Join(errs...)
@@ -349,9 +347,7 @@ func (in *instance) measurePing(ctx context.Context, p *runningPlugin, width int
 	deadline := time.Now().Add(in.s.Duration)
 	var wg sync.WaitGroup
 	for w := range width {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for errs[w] == nil && time.Now().Before(deadline) {
 				for idle := time.Now(); time.Since(idle) < gap; {
 				}
@@ -360,7 +356,7 @@ func (in *instance) measurePing(ctx context.Context, p *runningPlugin, width int
 					latencies[w] = append(latencies[w], time.Since(start))
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -515,9 +511,7 @@ func (in *instance) runStatusLoad(ctx context.Context, width int, verbose bool, 
 	var next atomic.Uint64
 	var wg sync.WaitGroup
 	for w := range width {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for ctx.Err() == nil && (deadline.IsZero() || time.Now().Before(deadline)) {
 				id := in.pods[(next.Add(1)-1)%uint64(len(in.pods))]
 				start := time.Now()
@@ -531,7 +525,7 @@ func (in *instance) runStatusLoad(ctx context.Context, width int, verbose bool, 
 				}
 				load.latencies[w] = append(load.latencies[w], time.Since(start))
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	return load
@@ -657,14 +651,12 @@ func (in *instance) measureBursts(ctx context.Context, plugins []*runningPlugin)
 		gate := make(chan struct{})
 		var wg sync.WaitGroup
 		for range stormWidth {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				<-gate
 				if _, err := in.h.Runtime.PodSandboxStatus(ctx, &criruntime.PodSandboxStatusRequest{PodSandboxId: id}); err != nil {
 					failed.Add(1)
 				}
-			}()
+			})
 		}
 		close(gate)
 		wg.Wait()

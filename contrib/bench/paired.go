@@ -23,7 +23,7 @@ import (
 const pairedSlice = 200 * time.Millisecond
 
 // sideOf returns the side (0: upstream U, 1: the other O) of the k-th slice or batch of a round:
-// U O O U U O O U ... in odd rounds, O U U O O U U O ... in even ones, so that neither side is always the
+// UOOUUOOU... in odd rounds, OUUOOUUO... in even ones, so that neither side is always the
 // first after the wait for a quiet machine.
 func sideOf(k, round int) int { return ((k+1)/2 + round + 1) % 2 }
 
@@ -297,7 +297,7 @@ func (r *report) printPaired(out io.Writer) {
 		return
 	}
 	fmt.Fprintf(out, "\nPaired: (knext), (cniless) and (upstream-again), each running at the same time as (upstream), the measurement alternating between the two "+
-		"(U O O U ... in odd rounds, O U U O ... in even ones, U upstream): PodSandboxStatus ((knext) and (upstream-again)) in slices of %s, %s per side; "+
+		"(UOOUUOOU... in odd rounds, OUUOOUUO... in even ones, U upstream, O the other): PodSandboxStatus ((knext) and (upstream-again)) in slices of %s, %s per side; "+
 		"pod lifecycle in batches of the concurrency, each batch after the previous one, %d pods per side.\n",
 		pairedSlice, r.Settings.Duration, r.Settings.LifecyclePods)
 	fmt.Fprintln(out, "Cells: the per-round ratio of p50s to (upstream)'s, median [min..max] over the rounds.")

@@ -757,7 +757,7 @@ func mergeKeys(a, b map[string]string) map[string]bool {
 
 func cpuModel() string {
 	data, _ := os.ReadFile("/proc/cpuinfo")
-	for _, line := range strings.Split(string(data), "\n") {
+	for line := range strings.SplitSeq(string(data), "\n") {
 		if name, ok := strings.CutPrefix(line, "model name"); ok {
 			return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(name), ":"))
 		}
@@ -767,7 +767,7 @@ func cpuModel() string {
 
 func memTotal() string {
 	data, _ := os.ReadFile("/proc/meminfo")
-	for _, line := range strings.Split(string(data), "\n") {
+	for line := range strings.SplitSeq(string(data), "\n") {
 		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
 			var kb int64
 			fmt.Sscan(strings.TrimSpace(rest), &kb)

@@ -166,7 +166,7 @@ func TestUpstreamBranchesCommitGeneratedCode(t *testing.T) {
 	if !strings.Contains(files, "pkg/api/api.pb.go\n") {
 		t.Errorf("the commit does not regenerate pkg/api/api.pb.go: %s", files)
 	}
-	for _, f := range strings.Fields(files) {
+	for f := range strings.FieldsSeq(files) {
 		if f != "pkg/api/api.proto" && !strings.HasSuffix(f, ".pb.go") {
 			t.Errorf("the commit changes %s, neither the proto nor generated code", f)
 		}

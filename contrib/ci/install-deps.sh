@@ -3,11 +3,13 @@
 # Debian 12, as root.
 # Idempotent: a second run changes nothing. Versions of Go tools come from the pinned upstream
 # (runc) or are fixed in this repository (cri-tools: contrib/ci/cri-tools.version, which
-# `make conformance` builds critest from), never "latest".
+# `make conformance` builds critest from; golangci-lint: contrib/ci/golangci-lint.version),
+# never "latest".
 set -euo pipefail
 source "$(dirname "$0")/../build/lib.sh"
 
 CRI_TOOLS_VERSION=$(tr -d '[:space:]' <"$KNEXT_ROOT/contrib/ci/cri-tools.version")
+GOLANGCI_LINT_VERSION=$(tr -d '[:space:]' <"$KNEXT_ROOT/contrib/ci/golangci-lint.version")
 # Debian's dynamically linked busybox, the base of the images `make conformance` rebuilds.
 BUSYBOX_DYNAMIC=/usr/local/lib/knext/busybox
 export PATH=/usr/local/go/bin:$PATH GOBIN=/usr/local/bin
@@ -46,6 +48,13 @@ if ! go version -m /usr/local/bin/crictl 2>/dev/null | grep -q "sigs.k8s.io/cri-
 	go install "sigs.k8s.io/cri-tools/cmd/crictl@$CRI_TOOLS_VERSION"
 fi
 
+# golangci-lint (the lint suite of make test), built once per version: its build info names the
+# module version, as crictl's does.
+if ! go version -m /usr/local/bin/golangci-lint 2>/dev/null |
+	grep -q "github.com/golangci/golangci-lint/v2[[:space:]]*$GOLANGCI_LINT_VERSION[[:space:]]"; then
+	GOFLAGS=-buildvcs=false go install "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION"
+fi
+
 # Package busybox conflicts with busybox-static (the knext test image), so only its binary is
 # extracted from the package. It needs the host's libc6, which the images copy next to it.
 if [ ! -x "$BUSYBOX_DYNAMIC" ]; then
@@ -57,4 +66,4 @@ if [ ! -x "$BUSYBOX_DYNAMIC" ]; then
 	rm -rf "$tmp"
 fi
 
-echo "dependencies installed: runc $runc_version, crictl $CRI_TOOLS_VERSION, $BUSYBOX_DYNAMIC, apt: ${apt_packages[*]}"
+echo "dependencies installed: runc $runc_version, crictl $CRI_TOOLS_VERSION, golangci-lint $GOLANGCI_LINT_VERSION, $BUSYBOX_DYNAMIC, apt: ${apt_packages[*]}"

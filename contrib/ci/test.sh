@@ -32,6 +32,8 @@ run_suite() { # run_suite NAME COMMAND...
 	fi
 }
 
+# golangci-lint on our own module (.golangci.yml, close to containerd's).
+run_suite lint contrib/ci/golangci-lint.sh -json
 run_suite knext-unit go test -race -json -timeout 30m $(own_packages)
 run_suite nri-unit contrib/ci/upstream/nri-unit.sh
 run_suite containerd-unit contrib/ci/upstream/containerd-unit.sh

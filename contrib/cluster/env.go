@@ -29,7 +29,7 @@ const (
 	NetcheckArchive = "netcheck.tar"
 )
 
-// EnvConfig returns the Config of a cluster in dir with nodes nodes of runtime, its binaries and
+// EnvConfig returns the Config of a cluster in dir with `nodes` nodes of runtime, its binaries and
 // images where the Makefile's environment says.
 func EnvConfig(dir string, nodes int, runtime string) (Config, error) {
 	env := map[string]string{}

@@ -116,7 +116,7 @@ func TestCompareNamesEveryDifferingSpec(t *testing.T) {
 		"passed                   2               2               0",
 		"knext-cniless   failed: hostport failed in knext-cniless",
 		"knext-cniless   not in the report",
-		"Skipped in every configuration (1; why: docs/conformance.md):\n  apparmor\n    apparmor skipped in upstream-cni",
+		"Skipped in every configuration (1; why: docs/conformance.md):\n  apparmor\n    apparmor skipped in upstream-cni", //nolint:dupword // the spec, then where it was skipped
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("printed comparison lacks %q:\n%s", want, out.String())

@@ -106,7 +106,7 @@ func runCommand(args []string) error {
 	selected := configurations
 	if *only != "" {
 		selected = nil
-		for _, name := range strings.Split(*only, ",") {
+		for name := range strings.SplitSeq(*only, ",") {
 			c, err := configurationNamed(name)
 			if err != nil {
 				return err
@@ -134,8 +134,7 @@ func runCommand(args []string) error {
 			fmt.Printf("  %-14s %s in %s\n", c.name, results[i].summary(), results[i].duration.Round(time.Second))
 		}
 		if *parallel {
-			wg.Add(1)
-			go func() { defer wg.Done(); run() }()
+			wg.Go(func() { ; run() })
 		} else {
 			run()
 		}

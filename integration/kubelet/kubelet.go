@@ -394,7 +394,7 @@ func CreateCgroup(cgroup string) error {
 	}
 	for _, m := range mounts {
 		dir := m.Mountpoint
-		for _, part := range strings.Split(strings.Trim(cgroup, "/"), "/") {
+		for part := range strings.SplitSeq(strings.Trim(cgroup, "/"), "/") {
 			parent := dir
 			dir = filepath.Join(dir, part)
 			if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {

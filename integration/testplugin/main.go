@@ -13,7 +13,7 @@
 // Behaviour, first found of: the file <dir>/behavior.<pod name>, the file <dir>/behavior, the
 // annotation knext.test/<name>.behavior, the annotation knext.test/behavior:
 //
-//	answer  answer from the annotations (the default)
+//	answer  reply from the annotations (the default)
 //	report IPS  answer with the comma-separated IPS, the first as the primary IP
 //	flood N     answer with N distinct IPv4 addresses from 198.18.0.0/15, the first as the primary
 //	empty   answer with no IP: the plugin owns nothing of the pod
@@ -21,7 +21,7 @@
 //	hang    never answer (until the process ends)
 //	slow D  answer after waiting the Go duration D, whatever the request's deadline: like a
 //	        plugin that is starved or paused, not one that gives up in time
-//	exit    exit the process with status 3 in the middle of the request
+//	exit    end the process with status 3 in the middle of the request
 //
 // Values are not validated: invalid IPs reach the runtime as written.
 //

@@ -36,6 +36,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -465,8 +466,8 @@ func (h *Harness) Close() error {
 	if d != nil && !d.exited() && h.Runtime != nil {
 		errs = append(errs, h.RemoveAllPods(ctx))
 	}
-	for i := len(cleanups) - 1; i >= 0; i-- {
-		errs = append(errs, cleanups[i]())
+	for _, cleanup := range slices.Backward(cleanups) {
+		errs = append(errs, cleanup())
 	}
 	if d != nil {
 		errs = append(errs, d.stop(30*time.Second))
@@ -531,8 +532,7 @@ func Poll(ctx context.Context, timeout, interval time.Duration, check func() err
 		if err == nil {
 			return nil
 		}
-		var p permanent
-		if errors.As(err, &p) {
+		if p, ok := errors.AsType[permanent](err); ok {
 			return p.error
 		}
 		if time.Now().After(deadline) {

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -238,7 +239,7 @@ func cgroupProcesses(parent string) ([]int, error) {
 			if err != nil {
 				continue
 			}
-			for _, field := range strings.Fields(string(data)) {
+			for field := range strings.FieldsSeq(string(data)) {
 				if pid, err := strconv.Atoi(field); err == nil && !seen[pid] {
 					seen[pid] = true
 					pids = append(pids, pid)
@@ -280,17 +281,17 @@ func RemoveCgroupTree(parent string) error {
 	var errs []error
 	for _, dir := range dirs {
 		tree := cgroupTree(dir)
-		for i := len(tree) - 1; i >= 0; i-- {
+		for _, t := range slices.Backward(tree) {
 			// The kernel may need a moment to release a cgroup whose last task just died.
 			var err error
 			for range 50 {
-				if err = unix.Rmdir(tree[i]); err != unix.EBUSY {
+				if err = unix.Rmdir(t); err != unix.EBUSY {
 					break
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
 			if err != nil && err != unix.ENOENT {
-				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", tree[i], err))
+				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", t, err))
 			}
 		}
 	}

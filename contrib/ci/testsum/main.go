@@ -178,7 +178,7 @@ func report(results string, out io.Writer) (bool, error) {
 	var total tally
 	allOK := true
 	fmt.Fprintf(out, "%-28s %7s %7s %7s  %s\n", "suite", "passed", "failed", "skipped", "result")
-	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+	for line := range strings.SplitSeq(strings.TrimSpace(string(data)), "\n") {
 		var t tally
 		if err := json.Unmarshal([]byte(line), &t); err != nil {
 			return false, fmt.Errorf("results file %s: %w", results, err)

@@ -95,7 +95,8 @@ func serve(port int) error {
 		io.WriteString(w, answer(remote)) //nolint:errcheck
 	})
 	fmt.Printf("netcheck: serving TCP and UDP on %s\n", addr)
-	return http.ListenAndServe(addr, handler)
+	srv := &http.Server{Addr: addr, Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	return srv.ListenAndServe()
 }
 
 func get(ctx context.Context, url string) error {

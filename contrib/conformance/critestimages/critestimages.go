@@ -256,7 +256,7 @@ func etcFile(name, content string) testimages.File {
 // shadow returns a shadow file locking the password of every user of passwd.
 func shadow(passwd string) string {
 	var b strings.Builder
-	for _, line := range strings.Split(strings.TrimSpace(passwd), "\n") {
+	for line := range strings.SplitSeq(strings.TrimSpace(passwd), "\n") {
 		name, _, _ := strings.Cut(line, ":")
 		b.WriteString(name + ":*:0:0:99999:7:::\n")
 	}

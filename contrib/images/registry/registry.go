@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -118,9 +119,7 @@ func (r *Registry) LoadArchive(path string) error {
 	if named == 0 {
 		return fmt.Errorf("%s: no manifest in index.json has a %s annotation", path, imageNameAnnotation)
 	}
-	for digest, data := range blobs {
-		r.blobs[digest] = data
-	}
+	maps.Copy(r.blobs, blobs)
 	return nil
 }
 
@@ -135,7 +134,7 @@ func (r *Registry) addManifest(name string, desc descriptor) error {
 	return nil
 }
 
-// AddAlias also serves image existing under the name name (host/repository:tag).
+// AddAlias also serves image existing under the name `name` (host/repository:tag).
 func (r *Registry) AddAlias(name, existing string) error {
 	desc, ok := r.manifests[existing]
 	if !ok {
@@ -197,8 +196,7 @@ func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	data, mediaType, err := r.lookup(host, strings.TrimPrefix(req.URL.Path, "/v2/"))
 	if err != nil {
 		r.Logf("ociregistry: %s %s%s: %v", req.Method, host, req.URL.Path, err)
-		var nf notFoundError
-		if errors.As(err, &nf) {
+		if nf, ok := errors.AsType[notFoundError](err); ok {
 			writeError(w, http.StatusNotFound, nf.code, err.Error())
 		} else {
 			writeError(w, http.StatusBadRequest, "NAME_INVALID", err.Error())

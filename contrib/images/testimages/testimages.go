@@ -136,7 +136,7 @@ func BusyboxApplets(busyboxBinary string) ([]string, error) {
 		return nil, fmt.Errorf("%s --list-full: %w", busyboxBinary, err)
 	}
 	var applets []string
-	for _, applet := range strings.Fields(string(list)) {
+	for applet := range strings.FieldsSeq(string(list)) {
 		if applet != "bin/busybox" && strings.Contains(applet, "/") {
 			applets = append(applets, applet)
 		}

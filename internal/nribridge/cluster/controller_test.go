@@ -206,7 +206,7 @@ func TestPodCIDRsArrive(t *testing.T) {
 	}
 	eventually(t, "the store", "node n1 [10.244.1.0/24 fd00:10:244:1::/64]; nodes []; routes []", func() string { return storedState(t, st) })
 
-	// A context that ends ends the wait.
+	// A context that is done ends the wait.
 	fresh := start(t, openStore(t, t.TempDir()), newFakeRoutes(), fake.NewClientset())
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()

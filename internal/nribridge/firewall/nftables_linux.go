@@ -185,7 +185,7 @@ func nftChain(table *nftables.Table, c *chain) *nftables.Chain {
 		return nc
 	}
 	nc.Type = nftables.ChainType(c.hook.kind)
-	nc.Priority = nftables.ChainPriorityRef(nftables.ChainPriority(c.hook.priority))
+	nc.Priority = new(nftables.ChainPriority(c.hook.priority))
 	switch c.hook.hook {
 	case "prerouting":
 		nc.Hooknum = nftables.ChainHookPrerouting

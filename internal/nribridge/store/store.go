@@ -12,6 +12,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/knext-dev/knext/internal/nribridge/config"
 )
@@ -64,7 +65,7 @@ func Open(dir string) (*Store, error) {
 	path := filepath.Join(dir, File)
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
 	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) {
+		if errors.Is(err, bolterrors.ErrTimeout) {
 			return nil, fmt.Errorf("allocation store %s is locked by another process (another nri-bridge with the same stateDir?)", path)
 		}
 		return nil, fmt.Errorf("allocation store %s: %w", path, err)

@@ -201,12 +201,10 @@ func TestStoreConcurrentAllocationsAreUnique(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, pods)
 	for i := range pods {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			_, _, err := s.allocate(PodRef{ID: fmt.Sprint("pod-", i)}, "/run/netns/x", "v")
 			errs <- err
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)

@@ -27,6 +27,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/knext-dev/knext/contrib/images/registry"
 )
@@ -82,7 +83,7 @@ func run(listen, caFile string, aliases, archives []string) error {
 	}
 	log.Printf("ociregistry: serving %s on %s for hosts %v", strings.Join(reg.Names(), " "), listen, hosts)
 
-	srv := &http.Server{Handler: reg, TLSConfig: tlsConfig, ErrorLog: log.Default()}
+	srv := &http.Server{Handler: reg, TLSConfig: tlsConfig, ErrorLog: log.Default(), ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	go func() {
