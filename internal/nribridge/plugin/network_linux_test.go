@@ -581,7 +581,7 @@ func TestNetnsSecondaryInterface(t *testing.T) {
 	if got := defaultRoutes(t, podB); len(got) != 0 {
 		t.Errorf("pod b (net1 only) has default routes %v, want none", got)
 	}
-	for _, target := range strings.Split(ipsB, ",") {
+	for target := range strings.SplitSeq(ipsB, ",") {
 		if err := ping(t, nsA, target); err != nil {
 			t.Error(err)
 		}

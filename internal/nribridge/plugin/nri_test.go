@@ -61,7 +61,7 @@ func testPodIn(id, netnsPath string) *api.PodSandbox {
 // and answers "ok" or the error; it exits at the end of stdin.
 func fakeRuntimeMain(socket, pluginDir, podList string) error {
 	var pods []*api.PodSandbox
-	for _, pod := range strings.Split(podList, ",") {
+	for pod := range strings.SplitSeq(podList, ",") {
 		if id, netnsPath, _ := strings.Cut(pod, "="); id != "" {
 			pods = append(pods, testPodIn(id, netnsPath))
 		}

@@ -466,9 +466,7 @@ func TestConcurrentPodStartsGetDistinctAddresses(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*pods)
 	for i := range pods {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			pod := testPod(fmt.Sprint("p", i))
 			_, err := p.RunPodSandbox(ctx, pod)
 			errs <- err
@@ -476,7 +474,7 @@ func TestConcurrentPodStartsGetDistinctAddresses(t *testing.T) {
 			if _, err := p.podIPs(pod); err != nil {
 				errs <- err
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)
