@@ -16,7 +16,7 @@ import (
 
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/integration/harness"
+	"github.com/knext-dev/knext/internal/harness"
 )
 
 var runReporterBinary onceBuild

@@ -30,7 +30,7 @@ type runtime struct {
 
 func startRuntime(t *testing.T) *runtime {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "nri-static-ip-") // short: a Unix socket path is limited
+	dir, err := os.MkdirTemp("", "nri-static-ip-") //nolint:usetesting // short: a Unix socket path is limited to 108 bytes, t.TempDir's holds the test name
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"bytes"
-	"context"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -56,9 +55,7 @@ func TestRunPodSandboxSecondaryInterfaceReportsNoIP(t *testing.T) {
 func TestRunPodSandboxAnswerThroughNRI(t *testing.T) {
 	socket := filepath.Join(t.TempDir(), "nri.sock")
 	p, _ := newTestPlugin(t, testPodDoc(t, `ipv4: {subnet: 10.5.0.0/24}, ipv6: {subnet: "fd00:5::/64"}`))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go runStandalone(ctx, p, socket, "bridge", "10")
+	go runStandalone(t.Context(), p, socket, "bridge", "10")
 
 	rt := startFakeRuntime(t, socket, "")
 	rt.expect(t, "synced")
