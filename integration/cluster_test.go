@@ -118,8 +118,23 @@ func startCluster(t *testing.T, runtime string) *clusterEnv {
 			if t.Failed() {
 				logClusterTails(t, c)
 			}
+			// Everything the nodes ran (their shims above all) must be gone after Down.
+			var nodeProcesses []int
+			for _, n := range c.Nodes {
+				pids, err := harness.MountNamespaceProcesses(n.MountNS)
+				if err != nil {
+					t.Errorf("processes of %s: %v", n.Name, err)
+				}
+				nodeProcesses = append(nodeProcesses, pids...)
+			}
 			if err := cluster.Down(c.Dir, t.Logf); err != nil {
 				t.Errorf("cluster down: %v", err)
+			}
+			for _, pid := range nodeProcesses {
+				if harness.ProcessAlive(pid) {
+					cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+					t.Errorf("pid %d of a node outlived cluster down: %s", pid, strings.ReplaceAll(string(cmdline), "\x00", " "))
+				}
 			}
 		})
 	}

@@ -524,7 +524,7 @@ func (c *Cluster) shutdownNode(n *NodeState) error {
 			errs = append(errs, p.kill())
 		}
 	}
-	errs = append(errs, harness.KillShims(n.ContainerdSocket()))
+	errs = append(errs, harness.KillInMountNamespace(n.MountNS))
 	errs = append(errs, harness.KillCgroupTree(n.CgroupRoot))
 	errs = append(errs, harness.UnmountUnder(n.MountNS))
 	errs = append(errs, harness.UnmountUnder(n.runDir()))

@@ -49,27 +49,67 @@ func teardown(res resources) error {
 // its shims (found by its unique socket address) and the shims' children (container init
 // processes, also of pods outside the harness's cgroup parent), and waits for them to be gone.
 func killInstanceProcesses(res resources) error {
-	return killMatching(func(argv []string) bool {
-		return hasArgPair(argv, "--config", res.ConfigPath) || hasArgPair(argv, "-address", res.Address)
+	return killMatching(func(p process) bool {
+		return hasArgPair(p.argv, "--config", res.ConfigPath) || hasArgPair(p.argv, "-address", res.Address)
 	}, "processes of containerd "+res.Address)
 }
 
-// KillShims SIGKILLs the shims of the containerd listening on address (found by their
-// `-address` argument) and the shims' children, and waits for them to be gone.
-func KillShims(address string) error {
-	return killMatching(func(argv []string) bool { return hasArgPair(argv, "-address", address) },
-		"shims of containerd "+address)
+// KillInMountNamespace SIGKILLs every process in the mount namespace bound at nsFile and their
+// children, and waits for them to be gone. A node of a cluster is such a namespace: its shims
+// name the node's own socket path, which no host path matches, but they stay in its namespace.
+func KillInMountNamespace(nsFile string) error {
+	in, err := inMountNamespace(nsFile)
+	if err != nil || in == nil {
+		return err
+	}
+	return killMatching(in, "processes in mount namespace "+nsFile)
 }
 
-// killMatching SIGKILLs every process whose command line match accepts, and their children.
-func killMatching(match func(argv []string) bool, what string) error {
+// MountNamespaceProcesses returns the PIDs of the processes in the mount namespace bound at nsFile.
+func MountNamespaceProcesses(nsFile string) ([]int, error) {
+	in, err := inMountNamespace(nsFile)
+	if err != nil || in == nil {
+		return nil, err
+	}
+	procs, err := listProcesses()
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, p := range procs {
+		if in(p) {
+			pids = append(pids, p.pid)
+		}
+	}
+	return pids, nil
+}
+
+// inMountNamespace returns whether a process is in the mount namespace bound at nsFile; nil if
+// there is no such file.
+func inMountNamespace(nsFile string) (func(process) bool, error) {
+	var ns unix.Stat_t
+	if err := unix.Stat(nsFile, &ns); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("mount namespace %s: %w", nsFile, err)
+	}
+	return func(p process) bool {
+		var st unix.Stat_t
+		err := unix.Stat(fmt.Sprintf("/proc/%d/ns/mnt", p.pid), &st)
+		return err == nil && st.Dev == ns.Dev && st.Ino == ns.Ino
+	}, nil
+}
+
+// killMatching SIGKILLs every process match accepts, and their children.
+func killMatching(match func(process) bool, what string) error {
 	procs, err := listProcesses()
 	if err != nil {
 		return err
 	}
 	matched := map[int]bool{}
 	for _, p := range procs {
-		if match(p.argv) {
+		if match(p) {
 			matched[p.pid] = true
 		}
 	}
@@ -151,7 +191,7 @@ func killAndWait(pids []int, what string) error {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for _, pid := range pids {
-		for processAlive(pid) {
+		for ProcessAlive(pid) {
 			if time.Now().After(deadline) {
 				return fmt.Errorf("%s: pid %d still alive 10s after SIGKILL", what, pid)
 			}
@@ -161,7 +201,8 @@ func killAndWait(pids []int, what string) error {
 	return nil
 }
 
-func processAlive(pid int) bool {
+// ProcessAlive reports whether pid runs (a zombie does not).
+func ProcessAlive(pid int) bool {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return false
@@ -265,7 +306,7 @@ func (h *Harness) Shims() ([]string, error) {
 	}
 	var ids []string
 	for _, p := range procs {
-		if hasArgPair(p.argv, "-address", h.Address) && processAlive(p.pid) {
+		if hasArgPair(p.argv, "-address", h.Address) && ProcessAlive(p.pid) {
 			ids = append(ids, argValue(p.argv, "-id"))
 		}
 	}
