@@ -740,8 +740,9 @@ func TestKubeletCNILessNRIBridgePod(t *testing.T) {
 			pod := started[name]
 			status, network := verbosePodStatus(t, n.ctx, n.h, pod.sandbox)
 			var want []reportedIP
+			// nri-bridge answered at RunPodSandbox: that answer stands while it is away.
 			for _, ip := range pod.ips {
-				want = append(want, reportedIP{IP: ip, Source: "nri:" + nriBridgeName, NRI: "last-known"})
+				want = append(want, reportedIP{IP: ip, Source: "nri:" + nriBridgeName, NRI: nriAtRunPodSandbox})
 			}
 			wantIPs(t, pod.sandbox, status, network, want...)
 			if status.GetState() != criruntime.PodSandboxState_SANDBOX_READY {
