@@ -1,9 +1,7 @@
 package integration
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -19,18 +17,7 @@ import (
 	"github.com/knext-dev/knext/internal/harness"
 )
 
-var runReporterBinary onceBuild
-
-// runReporterPath builds ./runreporter against the workspace of the test run.
-func runReporterPath(t *testing.T) string {
-	return runReporterBinary.get(t, func(dir string) (string, error) {
-		path := filepath.Join(dir, "runreporter")
-		_, err := goCommand(nil, "build", "-o", path, "./runreporter")
-		return path, err
-	})
-}
-
-// runReporter is a plugin on knext's stub that reports pods' IPs in its RunPodSandbox answer
+// runReporter is podipobserver, a plugin on knext's stub that reports pods' IPs in its RunPodSandbox answer
 // (the annotation runIPsAnnotation(name)) and records every event with the IPs it is shown.
 type runReporter struct {
 	h       *harness.Harness
@@ -56,7 +43,7 @@ func startRunReporter(t *testing.T, ctx context.Context, h *harness.Harness, idx
 func (r *runReporter) start(t *testing.T, ctx context.Context) {
 	t.Helper()
 	connected := nriConnections(t, r.h, r.nriName())
-	process, err := r.h.StartProcess("plugin-"+r.nriName(), runReporterPath(t),
+	process, err := r.h.StartProcess("plugin-"+r.nriName(), podIPObserverPath(t),
 		"-socket", r.h.NRISocket, "-name", r.name, "-idx", r.idx, "-out", r.out)
 	if err != nil {
 		t.Fatal(err)
@@ -65,28 +52,11 @@ func (r *runReporter) start(t *testing.T, ctx context.Context) {
 	waitSynchronized(t, ctx, r.h, process, r.nriName(), connected)
 }
 
-// reporterEvent is one recorded event.
-type reporterEvent struct {
-	Event string   `json:"event"`
-	Pod   string   `json:"pod"`
-	IPs   []string `json:"ips"`
-}
-
 // events returns the events recorded for pod sandbox id, in order.
-func (r *runReporter) events(t *testing.T, id string) []reporterEvent {
+func (r *runReporter) events(t *testing.T, id string) []observedPodIPs {
 	t.Helper()
-	f, err := os.Open(r.out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var events []reporterEvent
-	lines := bufio.NewScanner(f)
-	for lines.Scan() {
-		var e reporterEvent
-		if err := json.Unmarshal(lines.Bytes(), &e); err != nil {
-			t.Fatalf("%s: %q: %v", r.out, lines.Text(), err)
-		}
+	var events []observedPodIPs
+	for _, e := range readObservations(t, r.out) {
 		if e.Pod == id {
 			events = append(events, e)
 		}
@@ -100,7 +70,7 @@ func (r *runReporter) wantEventsWithIPs(t *testing.T, id string, from int, ips [
 	t.Helper()
 	got := r.events(t, id)[from:]
 	for _, want := range events {
-		i := slices.IndexFunc(got, func(e reporterEvent) bool { return e.Event == want })
+		i := slices.IndexFunc(got, func(e observedPodIPs) bool { return e.Event == want })
 		if i < 0 {
 			t.Errorf("plugin %s got no %s for pod %s since event %d: %+v", r.nriName(), want, id, from, got)
 			continue

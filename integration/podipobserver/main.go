@@ -4,8 +4,13 @@
 //
 //	{"event":"StopPodSandbox","pod":"<sandbox id>","ips":["10.88.0.2"],"netns":"/run/...","netnsIPs":["10.88.0.2"]}
 //
-// netnsIPs is absent when the pod has no network namespace (any more). The process exits when
-// the runtime closes its connection.
+// netnsIPs is absent when the pod has no network namespace (any more).
+//
+// It also reports a new pod's IPs in its RunPodSandbox answer (the stub's
+// RunPodAdjustmentInterface), without being subscribed to PodSandboxStatus: the comma-separated
+// IPs of the annotation knext.test/<name>.run-ips of the pod's CRI config ("<name>" is the
+// plugin's -name); without it the plugin reports none. The process exits when the runtime closes
+// its connection.
 package main
 
 import (
@@ -15,6 +20,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"strings"
 	"sync"
 
 	"github.com/containerd/nri/pkg/api"
@@ -34,9 +40,12 @@ type record struct {
 }
 
 type observer struct {
-	mu  sync.Mutex
-	out *os.File
+	name string
+	mu   sync.Mutex
+	out  *os.File
 }
+
+var _ stub.RunPodAdjustmentInterface = (*observer)(nil)
 
 func (o *observer) observe(event string, pod *api.PodSandbox) {
 	r := record{Event: event, Pod: pod.GetId(), IPs: pod.GetIps(), NetNS: networkNamespace(pod)}
@@ -99,13 +108,38 @@ func (o *observer) Synchronize(_ context.Context, pods []*api.PodSandbox, _ []*a
 	return nil, nil
 }
 
-func (o *observer) RunPodSandbox(_ context.Context, pod *api.PodSandbox) error {
+// RunPodSandbox reports the IPs of the pod's annotation.
+func (o *observer) RunPodSandbox(_ context.Context, pod *api.PodSandbox) (*api.PodSandboxAdjustment, error) {
 	o.observe("RunPodSandbox", pod)
+	value := pod.GetAnnotations()["knext.test/"+o.name+".run-ips"]
+	if value == "" {
+		return nil, nil
+	}
+	return &api.PodSandboxAdjustment{Network: &api.PodSandboxNetwork{Ips: strings.Split(value, ",")}}, nil
+}
+
+func (o *observer) UpdatePodSandbox(_ context.Context, pod *api.PodSandbox, _, _ *api.LinuxResources) error {
+	o.observe("UpdatePodSandbox", pod)
 	return nil
+}
+
+func (o *observer) CreateContainer(_ context.Context, pod *api.PodSandbox, _ *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	o.observe("CreateContainer", pod)
+	return nil, nil, nil
 }
 
 func (o *observer) StartContainer(_ context.Context, pod *api.PodSandbox, _ *api.Container) error {
 	o.observe("StartContainer", pod)
+	return nil
+}
+
+func (o *observer) StopContainer(_ context.Context, pod *api.PodSandbox, _ *api.Container) ([]*api.ContainerUpdate, error) {
+	o.observe("StopContainer", pod)
+	return nil, nil
+}
+
+func (o *observer) RemoveContainer(_ context.Context, pod *api.PodSandbox, _ *api.Container) error {
+	o.observe("RemoveContainer", pod)
 	return nil
 }
 
@@ -130,7 +164,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	o := &observer{out: out}
+	o := &observer{name: *name, out: out}
 	s, err := stub.New(o, stub.WithSocketPath(*socket), stub.WithPluginIdx(*idx), stub.WithPluginName(*name))
 	if err != nil {
 		log.Fatal(err)
