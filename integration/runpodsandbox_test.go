@@ -42,14 +42,7 @@ func startRunReporter(t *testing.T, ctx context.Context, h *harness.Harness, idx
 // start runs the reporter's process (again) and waits until NRI has synchronized it.
 func (r *runReporter) start(t *testing.T, ctx context.Context) {
 	t.Helper()
-	connected := nriConnections(t, r.h, r.nriName())
-	process, err := r.h.StartProcess("plugin-"+r.nriName(), podIPObserverPath(t),
-		"-socket", r.h.NRISocket, "-name", r.name, "-idx", r.idx, "-out", r.out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.process = process
-	waitSynchronized(t, ctx, r.h, process, r.nriName(), connected)
+	r.process = startSynchronizedPlugin(t, ctx, r.h, r.idx, r.name, podIPObserverPath(t), "-out", r.out)
 }
 
 // events returns the events recorded for pod sandbox id, in order.

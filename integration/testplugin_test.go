@@ -148,14 +148,22 @@ func startTestPlugin(t *testing.T, ctx context.Context, h *harness.Harness, idx,
 // start runs the plugin's process (again) and waits until NRI has synchronized it.
 func (p *testPlugin) start(t *testing.T, ctx context.Context) {
 	t.Helper()
-	connected := nriConnections(t, p.h, p.nriName())
-	process, err := p.h.StartProcess("plugin-"+p.nriName(), testPluginPath(t),
-		"-socket", p.h.NRISocket, "-name", p.name, "-idx", p.idx, "-dir", p.dir)
+	p.process = startSynchronizedPlugin(t, ctx, p.h, p.idx, p.name, testPluginPath(t), "-dir", p.dir)
+}
+
+// startSynchronizedPlugin runs the plugin binary as NRI plugin idx-name on h's NRI socket, with
+// args after its -socket, -name and -idx, and waits until NRI has synchronized it.
+func startSynchronizedPlugin(t *testing.T, ctx context.Context, h *harness.Harness, idx, name, binary string, args ...string) *harness.Process {
+	t.Helper()
+	nriName := idx + "-" + name
+	connected := nriConnections(t, h, nriName)
+	process, err := h.StartProcess("plugin-"+nriName, binary,
+		append([]string{"-socket", h.NRISocket, "-name", name, "-idx", idx}, args...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.process = process
-	waitSynchronized(t, ctx, p.h, process, p.nriName(), connected)
+	waitSynchronized(t, ctx, h, process, nriName, connected)
+	return process
 }
 
 // connections counts the lines in which containerd logs that NRI synchronized the plugin.
