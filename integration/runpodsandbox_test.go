@@ -276,6 +276,25 @@ func TestRunPodSandboxAnswerAndStatusAnswerMerge(t *testing.T) {
 	// A status answer whose primary IP conflicts with the RunPodSandbox answer fails the query.
 	status.behave(t, "", behaveReport("10.77.0.1"))
 	wantErrorNaming(t, podStatusError(t, ctx, h, id), "plugin 10-status reports 10.77.0.1, plugin 20-reporter reports 10.99.0.7")
+	status.behave(t, "", "")
+
+	// In a new pod's first status query, the same conflict fails its RunPodSandbox, CNI or not:
+	// the RunPodSandbox answer stands for the pod's lifetime, so it would never go away.
+	_, err := h.Runtime.RunPodSandbox(ctx, &criruntime.RunPodSandboxRequest{Config: annotatedPodConfig(h, "in-conflict", map[string]string{
+		runIPsAnnotation("reporter"):     "10.99.0.8",
+		pluginAnnotation("status", "ip"): "10.77.0.3",
+	})})
+	if err == nil {
+		t.Fatal("RunPodSandbox succeeded with a status answer in conflict with a RunPodSandbox answer")
+	}
+	wantErrorNaming(t, err, "NRI plugin 20-reporter reported its IPs at RunPodSandbox", "plugin 10-status reports 10.77.0.3, plugin 20-reporter reports 10.99.0.8")
+	pods, err := h.Runtime.ListPodSandbox(ctx, &criruntime.ListPodSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 1 || pods.Items[0].Id != id {
+		t.Errorf("pods after the failed RunPodSandbox: %v, want %s alone", pods.Items, id)
+	}
 }
 
 // One IP, one pod: a plugin reporting at RunPodSandbox, for a new pod, the IP a running pod holds

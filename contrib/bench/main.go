@@ -13,6 +13,8 @@
 //	knext-1-plugin           knext + one status plugin (contrib/bench/statusplugin) answering from memory
 //	knext-3-plugins          knext + three such plugins
 //	knext-1-slow-plugin      knext + one status plugin taking -slow-delay per answer
+//	knext-1-run-plugin       knext + one plugin that reports its IP in its RunPodSandbox answer and
+//	                         is not subscribed to PodSandboxStatus: status queries ask nobody
 //	knext-3-slow-plugins     (opt-in) knext + three status plugins taking -slow-delay per answer
 //	cniless                  knext CNI-less (disable_cni) with nri-bridge as the pod network
 //	cniless-status-plugin    knext CNI-less with one status plugin as the pod network: it answers an
@@ -62,6 +64,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -73,7 +76,9 @@ type statusPlugin struct {
 	Index   string        `json:"index"` // NRI plugin index
 	Primary bool          `json:"primary"`
 	Delay   time.Duration `json:"delayNs,omitempty"` // spent on each answer
-	Prefix  string        `json:"prefix"`            // IPv6 prefix of the IPs it reports (a /48)
+	// AtRunPodSandbox reports the IP in the RunPodSandbox answer, with no status subscription.
+	AtRunPodSandbox bool   `json:"atRunPodSandbox,omitempty"`
+	Prefix          string `json:"prefix"` // IPv6 prefix of the IPs it reports (a /48)
 }
 
 // configuration is one of the benchmark's daemon setups.
@@ -99,6 +104,12 @@ type configuration struct {
 // bridged tells whether nri-bridge is the configuration's pod network.
 func (c configuration) bridged() bool { return c.CNILess && len(c.Plugins) == 0 }
 
+// podsNeedPlugins tells whether the configuration's plugins must run when its pods are created:
+// they are its pod network, or they report the pods' IPs at RunPodSandbox only.
+func (c configuration) podsNeedPlugins() bool {
+	return c.CNILess || slices.ContainsFunc(c.Plugins, func(p statusPlugin) bool { return p.AtRunPodSandbox })
+}
+
 // The configurations' keys: what each runs (configurations describes them).
 const (
 	cfgUpstream            = "upstream"
@@ -106,6 +117,7 @@ const (
 	cfgOnePlugin           = "knext-1-plugin"
 	cfgThreePlugins        = "knext-3-plugins"
 	cfgOneSlowPlugin       = "knext-1-slow-plugin"
+	cfgOneRunPlugin        = "knext-1-run-plugin"
 	cfgThreeSlowPlugins    = "knext-3-slow-plugins"
 	cfgCNILess             = "cniless"
 	cfgCNILessStatusPlugin = "cniless-status-plugin"
@@ -115,7 +127,7 @@ const (
 
 // defaultConfigurations are the keys -configs selects by default: all but the opt-in ones.
 func defaultConfigurations() []string {
-	return []string{cfgUpstream, cfgKnext, cfgOnePlugin, cfgThreePlugins, cfgOneSlowPlugin, cfgCNILess, cfgCNILessStatusPlugin, cfgUpstreamAgain}
+	return []string{cfgUpstream, cfgKnext, cfgOnePlugin, cfgThreePlugins, cfgOneSlowPlugin, cfgOneRunPlugin, cfgCNILess, cfgCNILessStatusPlugin, cfgUpstreamAgain}
 }
 
 func configurations(slowDelay time.Duration) []configuration {
@@ -128,6 +140,10 @@ func configurations(slowDelay time.Duration) []configuration {
 		p.Name, p.Delay = fmt.Sprintf("slow-status-%d", n), slowDelay
 		return p
 	}
+	runReporting := func(p statusPlugin) statusPlugin {
+		p.Name, p.AtRunPodSandbox = "run"+strings.TrimPrefix(p.Name, "status"), true
+		return p
+	}
 	return []configuration{
 		{Key: cfgUpstream, Description: "upstream containerd (pristine module), NRI enabled, CNI", Upstream: true,
 			Status: true, Storm: true, Lifecycle: true},
@@ -138,6 +154,10 @@ func configurations(slowDelay time.Duration) []configuration {
 			Plugins: []statusPlugin{fast(1, true), fast(2, false), fast(3, false)}, Status: true},
 		{Key: cfgOneSlowPlugin, Description: fmt.Sprintf("knext + 1 status plugin taking %s per answer", slowDelay),
 			Plugins: []statusPlugin{slow(1, true)}, Status: true, Storm: true},
+		// A plugin reporting at RunPodSandbox is never asked again (S10): its status queries
+		// should cost what (knext)'s do, paired with upstream to see it within a percent.
+		{Key: cfgOneRunPlugin, Description: "knext + 1 plugin reporting its IP at RunPodSandbox, not subscribed to status",
+			Plugins: []statusPlugin{runReporting(fast(1, true))}, Status: true, Paired: true},
 		// Opt-in: shows whether plugins are asked concurrently (S3) without the
 		// CPU contention that three fast plugins cause on a small machine.
 		{Key: cfgThreeSlowPlugins, Description: fmt.Sprintf("knext + 3 status plugins taking %s per answer", slowDelay),

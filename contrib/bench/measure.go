@@ -116,7 +116,7 @@ func newInstance(ctx context.Context, s settings, c configuration, pods int) (*i
 		return in, fmt.Errorf("configuration %s: %w", c.Key, err)
 	}
 	start := time.Now()
-	if c.CNILess { // the network plugin must be there to create pods
+	if c.podsNeedPlugins() { // the pod network, or the plugins reporting at RunPodSandbox
 		err = in.withNetworkPlugins(ctx, func([]*runningPlugin) error { return in.createPods(ctx, pods) })
 	} else {
 		err = in.createPods(ctx, pods)
@@ -418,6 +418,9 @@ func (in *instance) launchPlugins() ([]*runningPlugin, error) {
 			"-prefix", spec.Prefix, "-delay", spec.Delay.String()}
 		if spec.Primary {
 			args = append(args, "-primary")
+		}
+		if spec.AtRunPodSandbox {
+			args = append(args, "-at-run-pod-sandbox")
 		}
 		if p.proc, err = in.h.StartProcess("plugin-"+name, in.s.Plugin, args...); err != nil {
 			return plugins, err

@@ -2,6 +2,8 @@
 // (Synchronize, RunPodSandbox) an IP of its own prefix, answers PodSandboxStatus with it from
 // memory, optionally after a fixed delay, and serves its call count (package pluginstats) and,
 // with -ping-socket, a no-op ttrpc service (package ping): the bare round trip to this process.
+// With -at-run-pod-sandbox it reports the IP in its RunPodSandbox answer instead and is not
+// subscribed to PodSandboxStatus at all, so that the runtime never asks it again.
 package main
 
 import (
@@ -95,6 +97,27 @@ func (p *plugin) PodSandboxStatus(ctx context.Context, pod *api.PodSandbox) (*ap
 	}
 }
 
+// runReporter reports a pod's IP, as its primary IP, in its RunPodSandbox answer. It has no
+// PodSandboxStatus method (the plugin is a field, not embedded), so the stub does not subscribe it
+// to status queries.
+type runReporter struct{ p *plugin }
+
+func (r runReporter) Synchronize(ctx context.Context, pods []*api.PodSandbox, containers []*api.Container) ([]*api.ContainerUpdate, error) {
+	return r.p.Synchronize(ctx, pods, containers)
+}
+
+func (r runReporter) RunPodSandbox(_ context.Context, pod *api.PodSandbox) (*api.PodSandboxAdjustment, error) {
+	r.p.remember(pod)
+	r.p.mu.Lock()
+	ip := r.p.ips[pod.Id]
+	r.p.mu.Unlock()
+	return &api.PodSandboxAdjustment{Network: &api.PodSandboxNetwork{Ips: []string{ip}}}, nil
+}
+
+func (r runReporter) RemovePodSandbox(ctx context.Context, pod *api.PodSandbox) error {
+	return r.p.RemovePodSandbox(ctx, pod)
+}
+
 func (p *plugin) stats(name string) pluginstats.Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -112,15 +135,16 @@ func main() {
 		delay       = flag.Duration("delay", 0, "time spent on each PodSandboxStatus answer")
 		pingSocket  = flag.String("ping-socket", "", "unix socket to serve the no-op ttrpc ping service on (optional)")
 		muxSocket   = flag.String("multiplexed-ping-socket", "", "unix socket to serve the ping service on over NRI's multiplexer (optional)")
+		atRun       = flag.Bool("at-run-pod-sandbox", false, "report the pod's primary IP in the RunPodSandbox answer, not subscribed to PodSandboxStatus")
 	)
 	flag.Parse()
-	if err := run(*nriSocket, *name, *index, *statsSocket, *pingSocket, *muxSocket, *prefix, *primary, *delay); err != nil {
+	if err := run(*nriSocket, *name, *index, *statsSocket, *pingSocket, *muxSocket, *prefix, *primary, *atRun, *delay); err != nil {
 		fmt.Fprintf(os.Stderr, "statusplugin %s-%s: %v\n", *index, *name, err)
 		os.Exit(1)
 	}
 }
 
-func run(nriSocket, name, index, statsSocket, pingSocket, muxSocket, prefix string, primary bool, delay time.Duration) error {
+func run(nriSocket, name, index, statsSocket, pingSocket, muxSocket, prefix string, primary, atRun bool, delay time.Duration) error {
 	base, err := netip.ParseAddr(prefix)
 	if err != nil || !base.Is6() {
 		return fmt.Errorf("-prefix %q: want an IPv6 address", prefix)
@@ -164,7 +188,11 @@ func run(nriSocket, name, index, statsSocket, pingSocket, muxSocket, prefix stri
 		}()
 	}
 
-	s, err := stub.New(p, stub.WithSocketPath(nriSocket), stub.WithPluginName(name), stub.WithPluginIdx(index))
+	var handlers any = p
+	if atRun {
+		handlers = runReporter{p}
+	}
+	s, err := stub.New(handlers, stub.WithSocketPath(nriSocket), stub.WithPluginName(name), stub.WithPluginIdx(index))
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
 )
 
 func newTestPlugin(primary bool, delay time.Duration) *plugin {
@@ -60,5 +61,25 @@ func TestDelayIsSpentAndCancellable(t *testing.T) {
 	cancel()
 	if _, err := p.PodSandboxStatus(ctx, pod); err == nil {
 		t.Error("answer for a cancelled request, want its error")
+	}
+}
+
+func TestRunReporterAnswersAtRunPodSandboxOnly(t *testing.T) {
+	p := newTestPlugin(true, 0)
+	var handlers any = runReporter{p}
+	if _, ok := handlers.(stub.PodSandboxStatusInterface); ok {
+		t.Fatal("the RunPodSandbox reporter implements PodSandboxStatus: the stub would subscribe it to status queries")
+	}
+	pod := &api.PodSandbox{Id: "pod-1"}
+	adjust, err := runReporter{p}.RunPodSandbox(context.Background(), pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ips := adjust.GetNetwork().GetIps()
+	if len(ips) != 1 || !netip.MustParsePrefix("2001:db8:7::/64").Contains(netip.MustParseAddr(ips[0])) {
+		t.Errorf("RunPodSandbox answer %v, want one IP in 2001:db8:7::/64", ips)
+	}
+	if resp, _ := p.PodSandboxStatus(context.Background(), pod); resp.Ip != ips[0] {
+		t.Errorf("the reporter's state has %q for the pod, want %q", resp.Ip, ips[0])
 	}
 }
