@@ -132,7 +132,6 @@ test: build upstream images kubelet release cluster-images
 	@contrib/build/verify.sh
 	@contrib/build/verify-proto.sh
 	@contrib/ci/lint.sh
-	go build -o $(BIN)/testsum ./contrib/ci/testsum
 	@contrib/ci/test.sh
 
 BENCH := $(BUILD)/bench

@@ -91,7 +91,7 @@ func TestVerifySeriesNamesTheBrokenPatches(t *testing.T) {
 	}
 
 	// Again, as test2json for make test: the passed steps come from the cache, the failed ones
-	// run and fail again; testsum sees one test per step.
+	// run and fail again; gotestsum sees one test per step.
 	out, err = r.runEnv([]string{"KNEXT_SERIES_DIR=" + seriesDir}, "verify-series.sh", "-json")
 	if err == nil {
 		t.Fatalf("verify-series -json passed a broken series:\n%s", out)

@@ -3,13 +3,15 @@
 # Debian 12, as root.
 # Idempotent: a second run changes nothing. Versions of Go tools come from the pinned upstream
 # (runc) or are fixed in this repository (cri-tools: contrib/ci/cri-tools.version, which
-# `make conformance` builds critest from; golangci-lint: contrib/ci/golangci-lint.version),
+# `make conformance` builds critest from; golangci-lint: contrib/ci/golangci-lint.version;
+# gotestsum: contrib/ci/gotestsum.version),
 # never "latest".
 set -euo pipefail
 source "$(dirname "$0")/../build/lib.sh"
 
 CRI_TOOLS_VERSION=$(tr -d '[:space:]' <"$KNEXT_ROOT/contrib/ci/cri-tools.version")
 GOLANGCI_LINT_VERSION=$(tr -d '[:space:]' <"$KNEXT_ROOT/contrib/ci/golangci-lint.version")
+GOTESTSUM_VERSION=$(tr -d '[:space:]' <"$KNEXT_ROOT/contrib/ci/gotestsum.version")
 # Debian's dynamically linked busybox, the base of the images `make conformance` rebuilds.
 BUSYBOX_DYNAMIC=/usr/local/lib/knext/busybox
 export PATH=/usr/local/go/bin:$PATH GOBIN=/usr/local/bin
@@ -24,6 +26,7 @@ apt_packages=(
 	strace procps               # upstream's TestIssue7496 delays with strace; restart tests use pkill
 	iptables                    # CNI portmap (hostPort) in make conformance
 	nftables                    # nft: kube-proxy's nftables mode in make cluster and the cluster-e2e suite, kube-proxy-like rules in nri-bridge's Service tests
+	lsof erofs-utils            # containerd's CRI integration tests: shim ptys (lsof), the erofs snapshotter (mkfs.erofs)
 	git make gcc
 )
 missing=()
@@ -55,6 +58,11 @@ if ! go version -m /usr/local/bin/golangci-lint 2>/dev/null |
 	GOFLAGS=-buildvcs=false go install "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION"
 fi
 
+# gotestsum (make test reads every suite's test2json stream with it), likewise.
+if ! go version -m /usr/local/bin/gotestsum 2>/dev/null | grep -q "gotest.tools/gotestsum[[:space:]]*$GOTESTSUM_VERSION[[:space:]]"; then
+	GOFLAGS=-buildvcs=false go install "gotest.tools/gotestsum@$GOTESTSUM_VERSION"
+fi
+
 # Package busybox conflicts with busybox-static (the knext test image), so only its binary is
 # extracted from the package. It needs the host's libc6, which the images copy next to it.
 if [ ! -x "$BUSYBOX_DYNAMIC" ]; then
@@ -66,4 +74,4 @@ if [ ! -x "$BUSYBOX_DYNAMIC" ]; then
 	rm -rf "$tmp"
 fi
 
-echo "dependencies installed: runc $runc_version, crictl $CRI_TOOLS_VERSION, golangci-lint $GOLANGCI_LINT_VERSION, $BUSYBOX_DYNAMIC, apt: ${apt_packages[*]}"
+echo "dependencies installed: runc $runc_version, crictl $CRI_TOOLS_VERSION, golangci-lint $GOLANGCI_LINT_VERSION, gotestsum $GOTESTSUM_VERSION, $BUSYBOX_DYNAMIC, apt: ${apt_packages[*]}"

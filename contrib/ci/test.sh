@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
 # test.sh: every test suite of knext (`make test`). Each suite writes a `go test -json` stream;
-# testsum counts it. Prints one row per suite and a total; exits non-zero if any suite failed or
-# ran nothing. Logs: build/test-logs/<suite>.{json,log}.
+# gotestsum reads it, writes the suite's log and counts its tests. Prints one row per suite and a
+# total; exits non-zero if any suite failed or ran nothing. Logs: build/test-logs/<suite>.{json,log}.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 logs=$root/build/test-logs
-results=$logs/results.jsonl
-testsum=$root/build/bin/testsum
+results=$logs/results.tsv
 rm -rf "$logs" && mkdir -p "$logs"
 
 # Packages of our own module that have tests and need no running stack.
@@ -16,15 +15,21 @@ own_packages() {
 		grep -v '^github.com/knext-dev/knext/integration'
 }
 
-run_suite() { # run_suite NAME COMMAND...
-	local name=$1 start rc
+# run_suite NAME COMMAND...: runs COMMAND, whose standard output is a test2json stream, through
+# gotestsum, and adds a row to $results: name, exit code, seconds, then gotestsum's counts (tests,
+# failed, skipped, errors; absent if it could not read the stream).
+run_suite() {
+	local name=$1 start rc row
 	shift
 	start=$(date +%s)
 	echo "=== suite $name: $*"
-	"$@" >"$logs/$name.json" 2>"$logs/$name.log"
+	row=$logs/$name.counts
+	gotestsum --format pkgname-and-test-fails --hide-summary skipped --jsonfile "$logs/$name.json" \
+		--post-run-command "sh -c 'echo \$TESTS_TOTAL \$TESTS_FAILED \$TESTS_SKIPPED \$TESTS_ERRORS >$row'" \
+		--raw-command -- "$@" >"$logs/$name.log" 2>&1
 	rc=$?
-	"$testsum" count -suite "$name" -results "$results" -exit "$rc" <"$logs/$name.json" 2>>"$logs/$name.log"
-	tail -n 1 "$logs/$name.log"
+	printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$(($(date +%s) - start))" "$(cat "$row" 2>/dev/null)" >>"$results"
+	grep '^DONE ' "$logs/$name.log" | tail -n 1
 	echo "    ($(($(date +%s) - start)) s; log: build/test-logs/$name.log)"
 	if [ "$rc" != 0 ]; then
 		echo "--- last lines of build/test-logs/$name.log:"
@@ -60,4 +65,23 @@ run_suite cri-integration-upstream contrib/ci/upstream/cri-integration-upstream.
 
 echo
 echo "=== summary"
-"$testsum" report -results "$results"
+# A suite fails when its command failed, a test failed, gotestsum could not read its stream, or it
+# ran no test: a suite that silently ran nothing must not read as green.
+awk -F'\t' '
+	BEGIN { printf "%-28s %7s %7s %7s %6s  %s\n", "suite", "passed", "failed", "skipped", "secs", "result" }
+	{
+		split($4, n, " ")
+		total = n[1]; failed = n[2]; skipped = n[3]; errors = n[4]
+		verdict = "ok"
+		if ($4 == "") verdict = "FAILED: its output is not a test2json stream"
+		else if (errors > 0) verdict = "FAILED: " errors " package errors (build error or crash)"
+		else if (failed > 0 || $2 != 0) verdict = "FAILED (exit " $2 ")"
+		else if (total == 0) verdict = "FAILED: ran no test"
+		if (verdict != "ok") bad = 1
+		# A package that failed without a test (a build error) counts as a failure, not a test.
+		passed = total - failed - skipped; if (passed < 0) passed = 0
+		printf "%-28s %7d %7d %7d %6d  %s\n", $1, passed, failed, skipped, $3, verdict
+		passed_all += passed; failed_all += failed; skipped_all += skipped
+	}
+	END { printf "total: %d passed, %d failed, %d skipped\n", passed_all, failed_all, skipped_all; exit bad }
+' "$results"
