@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -63,8 +62,7 @@ func runCluster(ctx context.Context, s settings, r *report) (err error) {
 		}
 	}
 	for round := 1; round <= s.Repeats; round++ {
-		slices.Reverse(clusters) // each goes first every other round
-		for _, bc := range clusters {
+		for _, bc := range rotated(clusters, round) {
 			run, err := bc.rollout(ctx, s.ClusterPods, round)
 			if err != nil {
 				return fmt.Errorf("%s cluster, round %d: %w", bc.runtime, round, err)
@@ -143,7 +141,7 @@ func (bc *benchCluster) rollout(ctx context.Context, pods, round int) (*ClusterR
 	if _, err := bc.client.AppsV1().Deployments(clusterNamespace).Create(ctx, deployment, metav1.CreateOptions{}); err != nil {
 		return nil, err
 	}
-	if err := w.wait(ctx, pods, 5*time.Minute); err != nil {
+	if err := w.wait(ctx, pods); err != nil {
 		return nil, err
 	}
 	starts, endpoints := w.figures()
@@ -208,9 +206,8 @@ func (bc *benchCluster) timers(ctx context.Context) (timers, error) {
 // rolloutWatch records when each pod is first seen Ready with its IPs, and when each IP is first
 // seen in a ready endpoint of the namespace's EndpointSlices.
 type rolloutWatch struct {
-	start   time.Time
-	stop    chan struct{}
-	changed chan struct{}
+	start time.Time
+	stop  chan struct{}
 
 	mu      sync.Mutex
 	ready   map[string]time.Time // pod name →
@@ -219,17 +216,12 @@ type rolloutWatch struct {
 }
 
 func (bc *benchCluster) watch() *rolloutWatch {
-	w := &rolloutWatch{stop: make(chan struct{}), changed: make(chan struct{}, 1),
-		ready: map[string]time.Time{}, ips: map[string][]string{}, inSlice: map[string]time.Time{}}
+	w := &rolloutWatch{stop: make(chan struct{}), ready: map[string]time.Time{}, ips: map[string][]string{}, inSlice: map[string]time.Time{}}
 	on := func(record func(obj any, now time.Time)) cache.ResourceEventHandlerFuncs {
 		handle := func(obj any) {
 			w.mu.Lock()
+			defer w.mu.Unlock()
 			record(obj, time.Now())
-			w.mu.Unlock()
-			select {
-			case w.changed <- struct{}{}:
-			default:
-			}
 		}
 		return cache.ResourceEventHandlerFuncs{AddFunc: handle, UpdateFunc: func(_, obj any) { handle(obj) }}
 	}
@@ -267,32 +259,25 @@ func (bc *benchCluster) watch() *rolloutWatch {
 	return w
 }
 
-// wait returns once pods pods are Ready and every IP of theirs is in an EndpointSlice.
-func (w *rolloutWatch) wait(ctx context.Context, pods int, timeout time.Duration) error {
-	deadline := time.After(timeout)
-	for {
+// wait returns once that many pods are Ready and every IP of theirs is in an EndpointSlice; the times
+// are the informers', not the polls'.
+func (w *rolloutWatch) wait(ctx context.Context, pods int) error {
+	return harness.Poll(ctx, 5*time.Minute, 100*time.Millisecond, func() error {
 		w.mu.Lock()
-		done := len(w.ready) >= pods
+		defer w.mu.Unlock()
+		missing := 0
 		for _, ips := range w.ips {
 			for _, ip := range ips {
-				_, seen := w.inSlice[ip]
-				done = done && seen
+				if _, seen := w.inSlice[ip]; !seen {
+					missing++
+				}
 			}
 		}
-		ready := len(w.ready)
-		w.mu.Unlock()
-		if done {
-			return nil
+		if len(w.ready) < pods || missing > 0 {
+			return fmt.Errorf("%d of %d pods Ready, %d of their IPs not in the EndpointSlices", len(w.ready), pods, missing)
 		}
-		select {
-		case <-w.changed:
-		case <-time.After(time.Second):
-		case <-deadline:
-			return fmt.Errorf("after %s: %d of %d pods Ready, not every IP in the EndpointSlices", timeout, ready, pods)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+		return nil
+	})
 }
 
 // figures returns each pod's start and endpoint propagation (Ready until its last IP is in an

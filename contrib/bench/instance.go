@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/knext-dev/knext/internal/harness"
@@ -23,12 +24,11 @@ import (
 // time, its daemon and network plugins run only while it is measured. Instances are separate so
 // that none sees another's state, such as knext's last known answers of its plugins (C4).
 type instance struct {
-	s          settings
-	c          configuration
-	h          *harness.Harness
-	pods       []string
-	podConfigs []*criruntime.PodSandboxConfig
-	metrics    string // the daemon's metrics URL
+	s       settings
+	c       configuration
+	h       *harness.Harness
+	pods    []string // bench-000, bench-001...
+	metrics string   // the daemon's metrics URL
 
 	// While running: nri-bridge, or the status plugins.
 	bridge  *harness.Process
@@ -83,7 +83,32 @@ func newInstance(ctx context.Context, s settings, c configuration, pods int) (*i
 	return in, nil
 }
 
-func (in *instance) close() error { return in.h.Close() }
+// withInstances creates an instance of each configuration with pods pods, runs fn on them, and
+// removes them, also after an error.
+func withInstances(ctx context.Context, s settings, configs []configuration, pods int, fn func([]*instance) error) (err error) {
+	var instances []*instance
+	defer func() {
+		for _, in := range instances {
+			err = errors.Join(err, in.h.Close())
+		}
+	}()
+	for _, c := range configs {
+		in, err := newInstance(ctx, s, c, pods)
+		if in != nil {
+			instances = append(instances, in)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return fn(instances)
+}
+
+// rotated is list rotated left by round: no configuration always follows the same one.
+func rotated[T any](list []T, round int) []T {
+	k := round % len(list)
+	return slices.Concat(list[k:], list[:k])
+}
 
 // stop stops the network plugins and the daemon.
 func (in *instance) stop() error {
@@ -163,33 +188,23 @@ func (in *instance) waitSynchronized(ctx context.Context, p *runningPlugin) erro
 }
 
 // createPods starts the long-running pods, four at a time.
-func (in *instance) createPods(ctx context.Context, n int) error {
-	in.pods, in.podConfigs = make([]string, n), make([]*criruntime.PodSandboxConfig, n)
-	return forEach(n, 4, func(i int) error {
-		config := in.h.PodConfig(fmt.Sprintf("bench-%03d", i))
-		resp, err := in.h.Runtime.RunPodSandbox(ctx, &criruntime.RunPodSandboxRequest{Config: config})
-		if err != nil {
-			return fmt.Errorf("run pod %s: %w", config.Metadata.Name, err)
-		}
-		in.pods[i], in.podConfigs[i] = resp.PodSandboxId, config
-		return nil
-	})
+func (in *instance) createPods(ctx context.Context, n int) (err error) {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("bench-%03d", i)
+	}
+	in.pods, _, err = in.startPods(ctx, names, 4)
+	return err
 }
 
-// forEach calls fn(0..n-1) from width goroutines; a goroutine stops at its first error.
+// forEach calls fn(0..n-1), width at a time, and returns the first error.
 func forEach(n, width int, fn func(i int) error) error {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make([]error, width)
-	for w := range errs {
-		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < n && errs[w] == nil; i = int(next.Add(1) - 1) {
-				errs[w] = fn(i)
-			}
-		})
+	var g errgroup.Group
+	g.SetLimit(width)
+	for i := range n {
+		g.Go(func() error { return fn(i) })
 	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return g.Wait()
 }
 
 // checkPod checks that pod id is READY with an IP, and with an IP of each running status plugin:
@@ -298,13 +313,4 @@ func (in *instance) statusCall(verbose bool) func(context.Context, int) error {
 		_, err := in.h.Runtime.PodSandboxStatus(ctx, &criruntime.PodSandboxStatusRequest{PodSandboxId: in.pods[i%len(in.pods)], Verbose: verbose})
 		return err
 	}
-}
-
-// daemonAndPlugins are the PIDs whose CPU a measurement of the instance counts.
-func (in *instance) daemonAndPlugins() (int, []int) {
-	var plugins []int
-	for _, p := range in.plugins {
-		plugins = append(plugins, p.proc.PID())
-	}
-	return in.h.PID(), plugins
 }

@@ -160,41 +160,25 @@ func configKeys(configs []configuration) []string {
 
 // selectConfigurations returns the configurations list names, in canonical order, upstream first.
 func selectConfigurations(list string) ([]configuration, error) {
-	var selected []configuration
 	wanted := strings.Split(list, ",")
-	for _, c := range configurations() {
-		if i := slices.Index(wanted, c.Key); i >= 0 {
-			selected, wanted = append(selected, c), slices.Delete(wanted, i, i+1)
-		}
-	}
-	if len(wanted) > 0 {
-		return nil, fmt.Errorf("-configs: unknown %q (known: %s)", wanted, strings.Join(configKeys(configurations()), ", "))
-	}
-	if len(selected) == 0 || selected[0].Key != cfgUpstream {
-		return nil, fmt.Errorf("-configs must include %s: every configuration is measured against it", cfgUpstream)
+	selected := slices.DeleteFunc(configurations(), func(c configuration) bool { return !slices.Contains(wanted, c.Key) })
+	if len(selected) != len(wanted) || selected[0].Key != cfgUpstream {
+		return nil, fmt.Errorf("-configs %q: want upstream, every configuration is measured against it, and any of %s",
+			list, strings.Join(configKeys(configurations()), ", "))
 	}
 	return selected, nil
 }
 
 func (s settings) check() error {
-	for _, part := range strings.Split(s.Benchmarks, ",") {
+	for part := range strings.SplitSeq(s.Benchmarks, ",") {
 		if !slices.Contains([]string{"status", "lifecycle", "scale", "cluster"}, part) {
 			return fmt.Errorf("-benchmarks: unknown part %q", part)
 		}
 	}
-	if s.Pods < stormWidth || s.Pods+max(stormPods, s.LifecyclePods) > 250 || s.ScalePods < 1 || s.ScalePods > 250 {
-		return errors.New("-pods (at least 16) plus -lifecycle-pods, and -scale-pods, must fit an instance's /24")
+	if s.Pods < stormWidth || s.Repeats < 1 || s.Duration <= 0 || s.LifecyclePods < 1 || s.ScalePods < 1 || s.ScaleRepeats < 1 || s.ClusterPods < 1 {
+		return errors.New("-pods must be at least 16; -repeats, -duration and the other counts positive")
 	}
-	if s.Repeats < 1 || s.Duration <= 0 || s.LifecyclePods < 1 || s.ScaleRepeats < 1 || s.ClusterPods < 1 {
-		return errors.New("-repeats, -duration, -lifecycle-pods, -scale-repeats and -cluster-pods must be positive")
-	}
-	var errs []error
-	for _, path := range []string{s.Knext, s.Upstream, s.Plugin, s.Bridge} {
-		if _, err := os.Stat(path); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return nil
 }
 
 func run(ctx context.Context, s settings) error {
@@ -227,40 +211,24 @@ func run(ctx context.Context, s settings) error {
 	return runErr
 }
 
-// runPairs sets up the instances of the configurations measured in the pairs, then measures each
-// against upstream's, round after round in a rotating order, and removes them.
-func runPairs(ctx context.Context, s settings, configs []configuration, r *report) (err error) {
-	var instances []*instance
-	defer func() {
-		for _, in := range instances {
-			err = errors.Join(err, in.close())
-		}
-	}()
+// runPairs measures each configuration against upstream, round after round, in a rotating order.
+func runPairs(ctx context.Context, s settings, configs []configuration, r *report) error {
 	measured := slices.DeleteFunc(slices.Clone(configs[1:]), func(c configuration) bool {
 		return !(s.selected("status") && c.Status) && !(s.selected("lifecycle") && c.Lifecycle)
 	})
 	if len(measured) == 0 {
 		return nil
 	}
-	for _, c := range slices.Concat(configs[:1], measured) {
-		in, err := newInstance(ctx, s, c, s.Pods)
-		if in != nil {
-			instances = append(instances, in)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	others := instances[1:]
-	for round := 1; round <= s.Repeats; round++ {
-		k := round % len(others) // no configuration always follows the same one
-		for _, in := range slices.Concat(others[k:], others[:k]) {
-			run, err := runPair(ctx, instances[0], in, round)
-			if err != nil {
-				return fmt.Errorf("configuration %s, round %d: %w", in.c.Key, round, err)
+	return withInstances(ctx, s, slices.Concat(configs[:1], measured), s.Pods, func(instances []*instance) error {
+		for round := 1; round <= s.Repeats; round++ {
+			for _, in := range rotated(instances[1:], round) {
+				run, err := runPair(ctx, instances[0], in, round)
+				if err != nil {
+					return fmt.Errorf("configuration %s, round %d: %w", in.c.Key, round, err)
+				}
+				r.Pairs = append(r.Pairs, run)
 			}
-			r.Pairs = append(r.Pairs, run)
 		}
-	}
-	return nil
+		return nil
+	})
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"math"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,17 +27,11 @@ func TestPercentileIsNearestRank(t *testing.T) {
 }
 
 func TestSpreadAndRatio(t *testing.T) {
-	if got := spread([]float64{3, 1, 2}); *got != (Spread{Min: 1, Median: 2, Max: 3, N: 3}) {
-		t.Errorf("spread(3, 1, 2) = %+v", *got)
+	if got := spread([]float64{3, 1, 2}); *got != (Spread{Min: 1, Median: 2, Max: 3, N: 3}) || spread([]float64{4, 1, 2, 3}).Median != 2.5 {
+		t.Errorf("spread(3, 1, 2) = %+v, or the median of 1..4 is not 2.5", *got)
 	}
-	if got := spread([]float64{4, 1, 2, 3}); got.Median != 2.5 {
-		t.Errorf("median of 1..4 = %v, want 2.5", got.Median)
-	}
-	if spread(nil) != nil {
-		t.Error("spread of nothing is not nil")
-	}
-	if q, ok := ratio(3, 2); !ok || q != 1.5 {
-		t.Errorf("ratio(3, 2) = %v, %v", q, ok)
+	if q, ok := ratio(3, 2); spread(nil) != nil || !ok || q != 1.5 {
+		t.Errorf("spread of nothing is not nil, or ratio(3, 2) = %v, %v", q, ok)
 	}
 	if _, ok := ratio(3, 0); ok {
 		t.Error("a ratio to 0 is a figure")
@@ -95,34 +88,6 @@ func TestBusyShareLeavesIdleAndIOWaitOut(t *testing.T) {
 	}
 	if got := busyShare(from, from); got != 0 {
 		t.Errorf("busy share of no time = %v", got)
-	}
-}
-
-func TestForEachCallsEveryIndexOnceAndStopsAtAnError(t *testing.T) {
-	var mu sync.Mutex
-	seen := map[int]int{}
-	if err := forEach(100, 7, func(i int) error {
-		mu.Lock()
-		defer mu.Unlock()
-		seen[i]++
-		return nil
-	}); err != nil || len(seen) != 100 {
-		t.Fatalf("forEach = %v, %d indexes called, want 100", err, len(seen))
-	}
-	for i, n := range seen {
-		if n != 1 {
-			t.Errorf("index %d called %d times", i, n)
-		}
-	}
-	broken, calls := errors.New("pod 3 is broken"), 0
-	err := forEach(1000, 1, func(i int) error {
-		if calls++; i == 3 {
-			return broken
-		}
-		return nil
-	})
-	if !errors.Is(err, broken) || calls != 4 {
-		t.Errorf("forEach = %v after %d calls, want the error after 4", err, calls)
 	}
 }
 

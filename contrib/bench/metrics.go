@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 
@@ -122,35 +121,6 @@ func pluginCalls(ts []Timer, operation string) int {
 		}
 	}
 	return n
-}
-
-// CPUPerCall is the CPU time (user and system) the processes taking part used per call, in µs.
-type CPUPerCall struct {
-	Daemon  float64 `json:"daemonUs"`
-	Plugins float64 `json:"pluginsUs"`
-	Client  float64 `json:"clientUs"` // the bench itself
-}
-
-// cpuSeconds reads the CPU seconds used so far by the daemon, the plugins and the bench.
-func cpuSeconds(daemon int, plugins []int) ([3]float64, error) {
-	var s [3]float64
-	for i, pids := range [][]int{{daemon}, plugins, {os.Getpid()}} {
-		for _, pid := range pids {
-			if pid == 0 { // no daemon: a round trip to a plugin
-				continue
-			}
-			p, err := procfs.NewProc(pid)
-			if err != nil {
-				return s, err
-			}
-			stat, err := p.Stat()
-			if err != nil {
-				return s, err
-			}
-			s[i] += stat.CPUTime()
-		}
-	}
-	return s, nil
 }
 
 // busyShare is the share of the machine's CPUs busy between two /proc/stat readings.

@@ -49,11 +49,10 @@ var (
 
 // Load is one side's figures of a timed load of calls.
 type Load struct {
-	Calls     int        `json:"calls"`
-	PerSecond float64    `json:"perSecond"`
-	P50Ms     float64    `json:"p50Ms"`
-	P99Ms     float64    `json:"p99Ms"`
-	CPU       CPUPerCall `json:"cpu"`
+	Calls     int     `json:"calls"`
+	PerSecond float64 `json:"perSecond"`
+	P50Ms     float64 `json:"p50Ms"`
+	P99Ms     float64 `json:"p99Ms"`
 	// PluginCalls is the status plugins' PodSandboxStatus calls per call (NRI's metrics, S8).
 	PluginCalls float64 `json:"pluginCallsPerCall"`
 }
@@ -61,21 +60,6 @@ type Load struct {
 type StatusSample struct {
 	Variant variant `json:"variant"`
 	Sides   [2]Load `json:"sides"`
-}
-
-// PingSample is the raw ttrpc round trip to the plugin of knext-1-plugin, right after its
-// status measurement at the same concurrency.
-type PingSample struct {
-	Concurrency int  `json:"concurrency"`
-	Load        Load `json:"load"`
-}
-
-// StormSample is RunPodSandbox of stormPods new pods, one at a time, while stormWidth workers
-// query the other pods' status.
-type StormSample struct {
-	RunP50Ms        float64 `json:"runP50Ms"`
-	RunMaxMs        float64 `json:"runMaxMs"`
-	StatusPerSecond float64 `json:"statusPerSecond"`
 }
 
 // LifecycleSample is one side's pod starts and removals at one concurrency.
@@ -96,18 +80,22 @@ type QuietWait struct {
 
 // PairRun is one round of a configuration against upstream.
 type PairRun struct {
-	Config    string               `json:"config"`
-	Round     int                  `json:"round"`
-	Status    []StatusSample       `json:"status,omitempty"`
-	Ping      []PingSample         `json:"ping,omitempty"`
-	Storm     [2]*StormSample      `json:"storm"`
+	Config string         `json:"config"`
+	Round  int            `json:"round"`
+	Status []StatusSample `json:"status,omitempty"`
+	// Ping is the raw ttrpc round trip to knext-1-plugin's plugin process, by concurrency, right
+	// after its status queries at that concurrency.
+	Ping map[int]Load `json:"ping,omitempty"`
+	// Storm is each side's RunPodSandbox times of stormPods new pods started one at a time while
+	// stormWidth workers query the other pods' status.
+	Storm     [2][]float64         `json:"stormRunMs"`
 	Lifecycle [2][]LifecycleSample `json:"lifecycle"`
 	// BurstCalls is the plugin calls per burst of stormWidth simultaneous queries for one pod,
 	// per plugin (C7: they share one round trip).
 	BurstCalls *float64 `json:"burstPluginCalls,omitempty"`
 	// EventCalls is the plugin calls caused by a container's create, start, stop and remove, of
 	// Events CRI container events, EventsWithIP of which carried the pod's IP (C7).
-	EventCalls   *int         `json:"eventPluginCalls,omitempty"`
+	EventCalls   *float64     `json:"eventPluginCalls,omitempty"`
 	Events       int          `json:"events,omitempty"`
 	EventsWithIP int          `json:"eventsWithIP,omitempty"`
 	QuietWaits   []QuietWait  `json:"quietWaits"`
@@ -156,23 +144,20 @@ func (p *PairRun) settle(ctx context.Context, phase string) error {
 		return err
 	}
 	start, quiet := time.Now(), 0
-	for quiet < 2 && time.Since(start) < quietLimit {
-		before, err := fs.Stat()
-		if err != nil {
-			return err
-		}
+	for before, err := fs.Stat(); quiet < 2 && time.Since(start) < quietLimit; {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(quietWindow):
 		}
-		after, err := fs.Stat()
-		if err != nil {
+		after, statErr := fs.Stat()
+		if err = errors.Join(err, statErr); err != nil {
 			return err
 		}
 		if quiet++; busyShare(before.CPUTotal, after.CPUTotal) >= quietBusy {
 			quiet = 0
 		}
+		before = after
 	}
 	p.QuietWaits = append(p.QuietWaits, QuietWait{Phase: phase, Seconds: time.Since(start).Seconds(), Quiet: quiet == 2})
 	return nil
@@ -196,7 +181,7 @@ func (p *PairRun) measureStatus(ctx context.Context) error {
 		if err := in.checkPods(ctx, in.pods); err != nil {
 			return err
 		}
-		if _, _, _, err := timedLoad(ctx, 0, nil, stormWidth, 500*time.Millisecond, in.statusCall(false)); err != nil {
+		if _, _, err := loadFor(ctx, stormWidth, 500*time.Millisecond, in.statusCall(false)); err != nil {
 			return fmt.Errorf("(%s) warm-up: %w", in.c.Key, err)
 		}
 	}
@@ -224,8 +209,7 @@ func (p *PairRun) measureStatus(ctx context.Context) error {
 	if other.c.Storm {
 		for k := range 2 {
 			side := sideOf(k, p.Round)
-			var err error
-			if p.Storm[side], err = p.storm(ctx, p.sides[side]); err != nil {
+			if err := p.storm(ctx, side); err != nil {
 				return err
 			}
 		}
@@ -241,20 +225,14 @@ func (p *PairRun) statusVariant(ctx context.Context, v variant) (StatusSample, e
 	}
 	var ms [2][]float64
 	var seconds [2]float64
-	var cpu [2][3]float64
 	calls, err := p.sides[1].pluginCallsDuring(ctx, func() error {
 		for k := range 2 * max(1, int(p.sides[0].s.Duration/pairSlice)) {
 			side := sideOf(k, p.Round)
-			in := p.sides[side]
-			daemon, plugins := in.daemonAndPlugins()
-			r, s, c, err := timedLoad(ctx, daemon, plugins, v.Concurrency, pairSlice, in.statusCall(v.Verbose))
+			r, s, err := loadFor(ctx, v.Concurrency, pairSlice, p.sides[side].statusCall(v.Verbose))
 			if err != nil {
-				return fmt.Errorf("(%s) %s: %w", in.c.Key, v, err)
+				return fmt.Errorf("(%s) %s: %w", p.sides[side].c.Key, v, err)
 			}
 			ms[side], seconds[side] = append(ms[side], r...), seconds[side]+s
-			for i := range c {
-				cpu[side][i] += c[i]
-			}
 		}
 		return nil
 	})
@@ -262,41 +240,28 @@ func (p *PairRun) statusVariant(ctx context.Context, v variant) (StatusSample, e
 		return sample, err
 	}
 	for side := range 2 {
-		sample.Sides[side] = summarize(ms[side], seconds[side], cpu[side])
+		sample.Sides[side] = summarize(ms[side], seconds[side])
 	}
-	sample.Sides[1].PluginCalls, _ = ratio(float64(*calls), float64(len(ms[1])))
+	sample.Sides[1].PluginCalls, _ = ratio(*calls, float64(len(ms[1])))
 	log.Printf("bench:   status %-11s (upstream) p50 %.3f ms, (%s) p50 %.3f ms, plugin calls per query %.2f", v,
 		sample.Sides[0].P50Ms, p.Config, sample.Sides[1].P50Ms, sample.Sides[1].PluginCalls)
 	return sample, nil
 }
 
-// timedLoad runs a load for d and reads the CPU the daemon, the plugins and the bench used meanwhile;
-// a call that fails fails the load.
-func timedLoad(ctx context.Context, daemon int, plugins []int, width int, d time.Duration, call func(context.Context, int) error) (ms []float64, seconds float64, cpu [3]float64, err error) {
-	from, err := cpuSeconds(daemon, plugins)
-	if err != nil {
-		return nil, 0, cpu, err
-	}
+// loadFor runs a load for d; any failed call fails the load.
+func loadFor(ctx context.Context, width int, d time.Duration, call func(context.Context, int) error) ([]float64, float64, error) {
 	start := time.Now()
 	r := load(ctx, width, start.Add(d), call)
-	seconds = time.Since(start).Seconds()
-	to, err := cpuSeconds(daemon, plugins)
-	if err = errors.Join(err, ctx.Err()); err == nil && r.errors > 0 {
+	err := ctx.Err()
+	if err == nil && r.errors > 0 {
 		err = fmt.Errorf("%d of %d calls failed, first: %w", r.errors, r.errors+len(r.ms), r.firstError)
 	}
-	for i := range to {
-		cpu[i] = to[i] - from[i]
-	}
-	return r.ms, seconds, cpu, err
+	return r.ms, time.Since(start).Seconds(), err
 }
 
-func summarize(ms []float64, seconds float64, cpu [3]float64) Load {
+func summarize(ms []float64, seconds float64) Load {
 	l := Load{Calls: len(ms), P50Ms: percentile(ms, 0.5), P99Ms: percentile(ms, 0.99)}
 	l.PerSecond, _ = ratio(float64(len(ms)), seconds)
-	if len(ms) > 0 {
-		us := func(s float64) float64 { return s * 1e6 / float64(len(ms)) }
-		l.CPU = CPUPerCall{Daemon: us(cpu[0]), Plugins: us(cpu[1]), Client: us(cpu[2])}
-	}
 	return l
 }
 
@@ -312,19 +277,19 @@ func (p *PairRun) measurePing(ctx context.Context, width int) error {
 	if err := p.settle(ctx, fmt.Sprintf("round trip c%d", width)); err != nil {
 		return err
 	}
-	ms, seconds, cpu, err := timedLoad(ctx, 0, []int{plugin.proc.PID()}, width, p.sides[1].s.Duration,
-		func(ctx context.Context, _ int) error { return client.Ping(ctx) })
+	ms, seconds, err := loadFor(ctx, width, p.sides[1].s.Duration, func(ctx context.Context, _ int) error { return ping.Ping(ctx, client) })
 	if err != nil {
 		return fmt.Errorf("round trip c%d: %w", width, err)
 	}
-	sample := PingSample{Concurrency: width, Load: summarize(ms, seconds, cpu)}
-	p.Ping = append(p.Ping, sample)
-	log.Printf("bench:   round trip c%d: p50 %.3f ms", width, sample.Load.P50Ms)
+	if p.Ping == nil {
+		p.Ping = map[int]Load{}
+	}
+	p.Ping[width] = summarize(ms, seconds)
 	return nil
 }
 
 // pluginCallsDuring counts the status plugins' PodSandboxStatus calls while fn runs (S8).
-func (in *instance) pluginCallsDuring(ctx context.Context, fn func() error) (*int, error) {
+func (in *instance) pluginCallsDuring(ctx context.Context, fn func() error) (*float64, error) {
 	before, err := fetchTimers(ctx, in.metrics)
 	if err != nil {
 		return nil, err
@@ -333,7 +298,7 @@ func (in *instance) pluginCallsDuring(ctx context.Context, fn func() error) (*in
 		return nil, err
 	}
 	after, err := fetchTimers(ctx, in.metrics)
-	calls := pluginCalls(after.since(before), "PodSandboxStatus")
+	calls := float64(pluginCalls(after.since(before), "PodSandboxStatus"))
 	return &calls, err
 }
 
@@ -353,7 +318,7 @@ func (p *PairRun) measureBursts(ctx context.Context) error {
 		return nil
 	})
 	if err == nil {
-		perBurst := float64(*calls) / float64(bursts*len(in.plugins))
+		perBurst := *calls / float64(bursts*len(in.plugins))
 		p.BurstCalls = &perBurst
 	}
 	return err
@@ -372,7 +337,7 @@ func (p *PairRun) measureEvents(ctx context.Context) (err error) {
 	p.EventCalls, err = in.pluginCallsDuring(ctx, func() error {
 		created, err := in.h.Runtime.CreateContainer(ctx, &criruntime.CreateContainerRequest{PodSandboxId: in.pods[0],
 			Config:        in.h.ContainerConfig(fmt.Sprintf("events-%d", p.Round), testimages.BusyboxImage, "sleep", "3600"),
-			SandboxConfig: in.podConfigs[0]})
+			SandboxConfig: in.h.PodConfig("bench-000")})
 		if err != nil {
 			return err
 		}
@@ -401,16 +366,16 @@ func (p *PairRun) measureEvents(ctx context.Context) (err error) {
 	return err
 }
 
-// storm starts stormPods new pods on in, one at a time, while stormWidth workers query the
+// storm starts stormPods new pods on a side, one at a time, while stormWidth workers query the
 // long-running pods' status (S3: no head-of-line blocking), and removes them.
-func (p *PairRun) storm(ctx context.Context, in *instance) (*StormSample, error) {
+func (p *PairRun) storm(ctx context.Context, side int) error {
+	in := p.sides[side]
 	if err := p.settle(ctx, "storm "+in.c.Key); err != nil {
-		return nil, err
+		return err
 	}
 	stormCtx, stopStorm := context.WithCancel(ctx)
 	done := make(chan loadResult)
-	start := time.Now()
-	go func() { done <- load(stormCtx, stormWidth, start.Add(time.Hour), in.statusCall(false)) }()
+	go func() { done <- load(stormCtx, stormWidth, time.Now().Add(time.Hour), in.statusCall(false)) }()
 	time.Sleep(200 * time.Millisecond) // the storm at full width
 	var names []string
 	for i := range stormPods {
@@ -418,18 +383,14 @@ func (p *PairRun) storm(ctx context.Context, in *instance) (*StormSample, error)
 	}
 	ids, runMs, err := in.startPods(ctx, names, 1)
 	stopStorm()
-	status := <-done
-	seconds := time.Since(start).Seconds()
-	_, removeErr := in.removePods(ctx, ids, 1)
-	if err = errors.Join(err, removeErr); err != nil {
-		return nil, err
+	if status := <-done; status.errors > 0 {
+		err = errors.Join(err, fmt.Errorf("(%s) storm: %d status errors, first: %w", in.c.Key, status.errors, status.firstError))
 	}
-	if status.errors > 0 {
-		return nil, fmt.Errorf("(%s) storm: %d PodSandboxStatus errors, first: %w", in.c.Key, status.errors, status.firstError)
+	if err == nil { // else the instance's Close removes them
+		_, err = in.removePods(ctx, ids, 1)
 	}
-	s := &StormSample{RunP50Ms: percentile(runMs, 0.5), RunMaxMs: percentile(runMs, 1), StatusPerSecond: float64(len(status.ms)) / seconds}
-	log.Printf("bench:   storm (%s): RunPodSandbox p50 %.1f ms, max %.1f ms", in.c.Key, s.RunP50Ms, s.RunMaxMs)
-	return s, nil
+	p.Storm[side] = runMs
+	return err
 }
 
 // measureLifecycle starts -lifecycle-pods pods on each side in batches of width alternating
@@ -438,56 +399,50 @@ func (p *PairRun) measureLifecycle(ctx context.Context, width int) error {
 	n := p.sides[0].s.LifecyclePods
 	var ids [2][]string
 	var samples [2]LifecycleSample
-	batches := 2 * ((n + width - 1) / width)
-	batch := func(k int) (side, from, to int) { return sideOf(k, p.Round), k / 2 * width, min(n, (k/2+1)*width) }
-	removeAll := func() error {
-		var errs []error
-		for k := range batches {
-			side, from, to := batch(k)
-			started := len(ids[side]) // fewer than n after a failed start
-			ms, err := p.sides[side].removePods(ctx, ids[side][min(from, started):min(to, started)], width)
-			samples[side].StopRemoveMs = append(samples[side].StopRemoveMs, ms...)
-			errs = append(errs, err)
+	// phase runs batches of width pods, alternating between the sides, between readings of the timers.
+	phase := func(name string, batch func(side, from, to int) error) error {
+		if err := p.settle(ctx, fmt.Sprintf("lifecycle c%d %s", width, name)); err != nil {
+			return err
 		}
-		return errors.Join(errs...)
-	}
-	if err := p.settle(ctx, fmt.Sprintf("lifecycle c%d start", width)); err != nil {
+		before, err := p.timers(ctx)
+		if err != nil {
+			return err
+		}
+		for k := range 2 * ((n + width - 1) / width) {
+			if err := batch(sideOf(k, p.Round), k/2*width, min(n, (k/2+1)*width)); err != nil {
+				return err // the instance's Close removes what is left
+			}
+		}
+		after, err := p.timers(ctx)
+		for side := range 2 {
+			samples[side].Timers = append(samples[side].Timers, after[side].since(before[side])...)
+		}
 		return err
 	}
-	beforeRun, err := p.timers(ctx)
-	if err != nil {
-		return err
-	}
-	for k := range batches {
-		side, from, to := batch(k)
+	err := phase("start", func(side, from, to int) error {
 		var names []string
 		for i := from; i < to; i++ {
 			names = append(names, fmt.Sprintf("life-r%d-c%d-%03d", p.Round, width, i))
 		}
 		batchIDs, ms, err := p.sides[side].startPods(ctx, names, width)
 		ids[side], samples[side].RunMs = append(ids[side], batchIDs...), append(samples[side].RunMs, ms...)
-		if err != nil {
-			return errors.Join(err, removeAll())
-		}
-	}
-	afterRun, err := p.timers(ctx)
-	for side, in := range p.sides {
+		return err
+	})
+	for side, in := range p.sides { // untimed, between the phases: every pod works
 		err = errors.Join(err, in.checkPods(ctx, ids[side]))
 	}
-	if err = errors.Join(err, p.settle(ctx, fmt.Sprintf("lifecycle c%d stop+remove", width))); err != nil {
-		return errors.Join(err, removeAll())
+	if err == nil {
+		err = phase("stop+remove", func(side, from, to int) error {
+			ms, err := p.sides[side].removePods(ctx, ids[side][from:to], width)
+			samples[side].StopRemoveMs = append(samples[side].StopRemoveMs, ms...)
+			return err
+		})
 	}
-	beforeRemove, err := p.timers(ctx)
-	if err = errors.Join(err, removeAll()); err != nil {
-		return err
-	}
-	afterRemove, err := p.timers(ctx)
 	if err != nil {
 		return err
 	}
 	for side := range 2 {
 		samples[side].Concurrency = width
-		samples[side].Timers = append(afterRun[side].since(beforeRun[side]), afterRemove[side].since(beforeRemove[side])...)
 		p.Lifecycle[side] = append(p.Lifecycle[side], samples[side])
 	}
 	log.Printf("bench:   lifecycle c%d: RunPodSandbox p50 (upstream) %.1f ms, (%s) %.1f ms; Stop+Remove p50 %.1f ms, %.1f ms", width,

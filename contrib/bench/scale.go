@@ -43,43 +43,27 @@ type PersistedBytes struct {
 	Bridge        float64 `json:"nriBridge,omitempty"`
 }
 
-func runScale(ctx context.Context, s settings, configs []configuration, r *report) (err error) {
-	var instances []*instance
-	defer func() {
-		for _, in := range instances {
-			err = errors.Join(err, in.close())
-		}
-	}()
-	for _, c := range configs {
-		if !slices.Contains(scaleConfigs, c.Key) {
-			continue
-		}
-		in, err := newInstance(ctx, s, c, s.ScalePods)
-		if in != nil {
-			instances = append(instances, in)
-		}
-		if err != nil {
-			return fmt.Errorf("scale: %w", err)
-		}
-	}
-	for round := 1; round <= s.ScaleRepeats; round++ {
-		k := round % len(instances)
-		for _, in := range slices.Concat(instances[k:], instances[:k]) {
-			sample, err := in.measureScale(ctx, round)
-			if err != nil {
-				return fmt.Errorf("scale: configuration %s, round %d: %w\n%s", in.c.Key, round, err, in.h.LogTail(20))
+func runScale(ctx context.Context, s settings, configs []configuration, r *report) error {
+	configs = slices.DeleteFunc(slices.Clone(configs), func(c configuration) bool { return !slices.Contains(scaleConfigs, c.Key) })
+	return withInstances(ctx, s, configs, s.ScalePods, func(instances []*instance) error {
+		for round := 1; round <= s.ScaleRepeats; round++ {
+			for _, in := range rotated(instances, round) {
+				sample, err := in.measureScale(ctx, round)
+				if err != nil {
+					return fmt.Errorf("scale: configuration %s, round %d: %w\n%s", in.c.Key, round, err, in.h.LogTail(20))
+				}
+				r.Scale = append(r.Scale, sample)
 			}
-			r.Scale = append(r.Scale, sample)
 		}
-	}
-	for _, in := range instances {
-		p, err := in.persistedBytes()
-		if err != nil {
-			return fmt.Errorf("scale: configuration %s: %w", in.c.Key, err)
+		for _, in := range instances {
+			p, err := in.persistedBytes()
+			if err != nil {
+				return fmt.Errorf("scale: configuration %s: %w", in.c.Key, err)
+			}
+			r.Persisted = append(r.Persisted, p)
 		}
-		r.Persisted = append(r.Persisted, p)
-	}
-	return nil
+		return nil
+	})
 }
 
 // waitAnswered queries the pods, pending ones again and again, until each has answered READY with

@@ -87,8 +87,7 @@ func (r *report) lifecycleColumns(ratios bool) []column {
 	var cols []column
 	for _, stopRemove := range []bool{false, true} {
 		for _, width := range lifecycleWidths {
-			name := map[bool]string{false: "RunPodSandbox", true: "Stop+Remove"}[stopRemove]
-			cols = append(cols, r.pairColumn(fmt.Sprintf("%s c%d ms", name, width), "%.1f", lifecycleFigure(width, stopRemove), false))
+			cols = append(cols, r.pairColumn(fmt.Sprintf("%s c%d ms", lifecycleCall(stopRemove), width), "%.1f", lifecycleFigure(width, stopRemove), false))
 			if ratios {
 				cols = append(cols, r.pairColumn("× upstream", "%.2f", lifecycleFigure(width, stopRemove), true))
 			}
@@ -109,34 +108,23 @@ func (r *report) tables() []Table {
 		load("c1 calls/s", "%.0f", c1, func(l Load) float64 { return l.PerSecond }),
 		load("c16 calls/s", "%.0f", c16, func(l Load) float64 { return l.PerSecond }),
 		load("plugin calls per query", "%.2f", c1, func(l Load) float64 { return l.PluginCalls }),
-		load("CPU µs per query at c16: containerd", "%.0f", c16, func(l Load) float64 { return l.CPU.Daemon }),
-		load("plugins", "%.0f", c16, func(l Load) float64 { return l.CPU.Plugins }),
-		load("the bench", "%.0f", c16, func(l Load) float64 { return l.CPU.Client }),
 	}
 	var overhead []column
 	for _, v := range []variant{c1, c16} {
 		overhead = append(overhead, r.pairColumn(v.String()+" round trip p50 ms", "%.3f", pingFigure(v.Concurrency), false),
 			r.pairColumn("beyond it and upstream's query, × upstream's", "%.2f", overheadFigure(v.Concurrency), true))
 	}
-	field := func(get func(*PairRun) (float64, bool)) func(*PairRun, int) (float64, bool) {
-		return func(run *PairRun, side int) (float64, bool) {
-			if v, ok := get(run); ok && side == 1 {
-				return v, true
-			}
-			return 0, false
+	eventsWithIP := func(run *PairRun) *float64 {
+		if run.EventCalls == nil {
+			return nil
 		}
+		n := float64(run.EventsWithIP)
+		return &n
 	}
 	calls := []column{
-		r.pairColumn("plugin calls per burst of 16 queries, per plugin", "%.2f", field(func(run *PairRun) (float64, bool) {
-			return deref(run.BurstCalls)
-		}), false),
-		r.pairColumn("container events (with the pod IP)", "%.0f", field(func(run *PairRun) (float64, bool) {
-			return float64(run.EventsWithIP), run.EventCalls != nil
-		}), false),
-		r.pairColumn("plugin calls for them", "%.0f", field(func(run *PairRun) (float64, bool) {
-			n, ok := deref(run.EventCalls)
-			return float64(n), ok
-		}), false),
+		r.pairColumn("plugin calls per burst of 16 queries, per plugin", "%.2f", own(func(run *PairRun) *float64 { return run.BurstCalls }), false),
+		r.pairColumn("container events with the pod IP", "%.0f", own(eventsWithIP), false),
+		r.pairColumn("plugin calls for them", "%.0f", own(func(run *PairRun) *float64 { return run.EventCalls }), false),
 		r.pairColumn("RunPodSandbox p50 ms during a 16-way status storm", "%.1f", stormFigure, false),
 		r.pairColumn("× upstream", "%.2f", stormFigure, true),
 	}
@@ -162,7 +150,7 @@ func (r *report) tables() []Table {
 	return []Table{
 		r.targetTable(),
 		configTable("status", "PodSandboxStatus p50 in ms, and its paired ratio to upstream's", keys, r.statusColumns(variants, true)...),
-		configTable("status-detail", "PodSandboxStatus p99, throughput, plugin calls and CPU per query", keys, detail...),
+		configTable("status-detail", "PodSandboxStatus p99, throughput and plugin calls per query", keys, detail...),
 		configTable("overhead", "The raw ttrpc round trip to the status plugin's process, and the query beyond it", keys, overhead...),
 		configTable("calls", "Plugin calls outside the timed queries (C7), and pod starts during a status storm (S3)", keys, calls...),
 		configTable("lifecycle", "Pod start and removal p50 in ms, and its paired ratio to upstream's", keys, r.lifecycleColumns(true)...),
@@ -187,13 +175,6 @@ func (r *report) tables() []Table {
 				return share
 			}, false)),
 	}
-}
-
-func deref[T int | float64](p *T) (T, bool) {
-	if p == nil {
-		return 0, false
-	}
-	return *p, true
 }
 
 // stepsTable is where a pod's start and removal go, one pod at a time, by containerd's own timers
@@ -241,10 +222,17 @@ func (r *report) stepsTable(keys []string) Table {
 }
 
 func (r *report) targetTable() Table {
-	t := Table{ID: "targets", Title: "Targets, judged on the median over the rounds (or on every round)",
+	t := Table{ID: "targets", Title: "Targets: per variant, the median over the rounds [min–max], and the A/A pair's",
 		Header: []string{"target", "measured", "A/A: upstream-again", "status"}}
 	for _, target := range r.targets() {
-		t.Rows = append(t.Rows, []string{target.Name, cell(target.Measured, "%.3g", true), cell(target.AA, "%.3g", true), target.status()})
+		var measured, aa []string
+		for _, p := range target.Parts {
+			measured = append(measured, strings.TrimSpace(p.Variant+" "+cell(p.Measured, "%.3g", true)))
+			if p.AA != nil {
+				aa = append(aa, strings.TrimSpace(p.Variant+" "+cell(p.AA, "%.3g", true)))
+			}
+		}
+		t.Rows = append(t.Rows, []string{target.Name, strings.Join(measured, "; "), strings.Join(aa, "; "), target.status()})
 	}
 	return t
 }

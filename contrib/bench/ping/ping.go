@@ -36,29 +36,17 @@ func Serve(ctx context.Context, l net.Listener) error {
 	return nil
 }
 
-// Client is one ttrpc connection to a ping service; concurrent calls share it, as containerd's
-// calls to an NRI plugin do.
-type Client struct {
-	socket string
-	client *ttrpc.Client
-}
-
-// Dial connects to the ping service on socket.
-func Dial(ctx context.Context, socket string) (*Client, error) {
+// Dial connects to the ping service on socket. The client is safe for concurrent use: concurrent
+// calls share the connection, as containerd's calls to an NRI plugin do.
+func Dial(ctx context.Context, socket string) (*ttrpc.Client, error) {
 	conn, err := (&net.Dialer{}).DialContext(ctx, "unix", socket)
 	if err != nil {
 		return nil, fmt.Errorf("ping service on %s: %w", socket, err)
 	}
-	return &Client{socket: socket, client: ttrpc.NewClient(conn)}, nil
+	return ttrpc.NewClient(conn), nil
 }
 
 // Ping makes one round trip.
-func (c *Client) Ping(ctx context.Context) error {
-	if err := c.client.Call(ctx, service, method, &emptypb.Empty{}, &emptypb.Empty{}); err != nil {
-		return fmt.Errorf("ping service on %s: %w", c.socket, err)
-	}
-	return nil
+func Ping(ctx context.Context, c *ttrpc.Client) error {
+	return c.Call(ctx, service, method, &emptypb.Empty{}, &emptypb.Empty{})
 }
-
-// Close closes the connection.
-func (c *Client) Close() error { return c.client.Close() }

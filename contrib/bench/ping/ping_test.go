@@ -5,10 +5,12 @@ import (
 	"net"
 	"path/filepath"
 	"testing"
+
+	"github.com/containerd/ttrpc"
 )
 
 // serve starts a ping service for the test and returns a client of it, and the service's end.
-func serve(t testing.TB) (*Client, func() error) {
+func serve(t testing.TB) (*ttrpc.Client, func() error) {
 	socket := filepath.Join(t.TempDir(), "ping.sock")
 	l, err := net.Listen("unix", socket)
 	if err != nil {
@@ -31,14 +33,14 @@ func serve(t testing.TB) (*Client, func() error) {
 func TestPingRoundTripsUntilServeEnds(t *testing.T) {
 	c, end := serve(t)
 	for range 3 {
-		if err := c.Ping(context.Background()); err != nil {
+		if err := Ping(context.Background(), c); err != nil {
 			t.Fatalf("ping: %v", err)
 		}
 	}
 	if err := end(); err != nil {
 		t.Errorf("Serve after its context ended = %v, want nil", err)
 	}
-	if err := c.Ping(context.Background()); err == nil {
+	if err := Ping(context.Background(), c); err == nil {
 		t.Error("a ping after the end succeeded")
 	}
 }
@@ -50,7 +52,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 	defer end()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if err := c.Ping(context.Background()); err != nil {
+			if err := Ping(context.Background(), c); err != nil {
 				b.Error(err)
 				return
 			}
