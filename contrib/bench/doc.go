@@ -42,7 +42,11 @@ func docMain(args []string) error {
 			return err
 		}
 	}
-	regions := map[string]string{"run": r.runMarkdown(committed)}
+	link, err := filepath.Rel(filepath.Dir(*page), committed)
+	if err != nil {
+		return err
+	}
+	regions := map[string]string{"run": r.runMarkdown(link)}
 	for _, t := range r.tables() {
 		regions[t.ID] = t.markdown()
 	}
@@ -72,8 +76,9 @@ func fillRegions(page string, regions map[string]string) (string, error) {
 	return page, nil
 }
 
-// runMarkdown says which run the figures come from: date, machine, binaries and settings.
-func (r *report) runMarkdown(committed string) string {
+// runMarkdown says which run the figures come from (its report at link): date, machine, binaries
+// and settings.
+func (r *report) runMarkdown(link string) string {
 	m, s := r.Machine, r.Settings
 	deps := "both daemons link the same versions of every module but containerd and NRI"
 	if len(r.DependencyDifferences) > 0 {
@@ -87,11 +92,11 @@ func (r *report) runMarkdown(committed string) string {
 			}
 		}
 	}
-	return fmt.Sprintf("Every figure below comes from [`%s`](%s), the report of the run of %s to %s UTC "+
+	return fmt.Sprintf("Every figure below comes from [`%s`](%[1]s), the report of the run of %s to %s UTC "+
 		"on %d × %s, %s RAM, kernel %s, %s (load average %s at the start); knext `%s`, upstream `%s`; %s. "+
 		"Settings: `-benchmarks %s -repeats %d -pods %d -duration %s -lifecycle-pods %d -scale-pods %d -scale-repeats %d -cluster-pods %d`. "+
 		"%d timed phases started on a busy machine (the wait for a quiet one gives up after 15 s).",
-		committed, filepath.Base(committed), r.Started.Format("2006-01-02 15:04"), r.Finished.Format("15:04"), m.CPUs, m.CPU, m.Memory,
+		link, r.Started.Format("2006-01-02 15:04"), r.Finished.Format("15:04"), m.CPUs, m.CPU, m.Memory,
 		m.Kernel, m.Go, m.Load, r.Binaries["knext"], r.Binaries["upstream"], deps, s.Benchmarks, s.Repeats, s.Pods, s.Duration,
 		s.LifecyclePods, s.ScalePods, s.ScaleRepeats, s.ClusterPods, busy)
 }
@@ -132,9 +137,8 @@ func barChart(title string, logScale bool, keys []string, cols []column) []byte 
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="11">`+"\n", width, height)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/><text x="10" y="18" font-size="13" font-weight="bold">%s</text>`+"\n", html.EscapeString(title))
-	for i, c := range cols {
-		x := left + float64(i)*130
-		fmt.Fprintf(&b, `<rect x="%.0f" y="28" width="10" height="10" fill="%s"/><text x="%.0f" y="37">%s</text>`+"\n", x, colours[i%len(colours)], x+14, html.EscapeString(c.header))
+	for i, x := 0, left; i < len(cols); i, x = i+1, x+30+6.5*float64(len(cols[i].header)) {
+		fmt.Fprintf(&b, `<rect x="%.0f" y="28" width="10" height="10" fill="%s"/><text x="%.0f" y="37">%s</text>`+"\n", x, colours[i%len(colours)], x+14, html.EscapeString(cols[i].header))
 	}
 	bottom := height - 30
 	for _, t := range ticks {
@@ -147,8 +151,12 @@ func barChart(title string, logScale bool, keys []string, cols []column) []byte 
 		for i, v := range g.values {
 			if v > 0 {
 				w := max(1, scale(v)*plot)
-				fmt.Fprintf(&b, `<rect x="%.0f" y="%.1f" width="%.1f" height="%.0f" fill="%s"/><text x="%.1f" y="%.1f">%.3g</text>`+"\n",
-					left, y, w, bar-1, colours[i%len(colours)], left+w+3, y+bar-2, v)
+				label := fmt.Sprintf("%.3g", v)
+				if v >= 100 {
+					label = fmt.Sprintf("%.0f", v)
+				}
+				fmt.Fprintf(&b, `<rect x="%.0f" y="%.1f" width="%.1f" height="%.0f" fill="%s"/><text x="%.1f" y="%.1f">%s</text>`+"\n",
+					left, y, w, bar-1, colours[i%len(colours)], left+w+3, y+bar-2, label)
 			}
 			y += bar
 		}
@@ -158,7 +166,8 @@ func barChart(title string, logScale bool, keys []string, cols []column) []byte 
 	return b.Bytes()
 }
 
-// linearAxis maps 0..hi (rounded up to 1, 2 or 5 times a power of ten) onto 0..1, with 5 ticks.
+// linearAxis maps 0..hi, rounded up to a step of 1, 2 or 5 times a power of ten, onto 0..1, with
+// at most 6 ticks.
 func linearAxis(hi float64) (func(float64) float64, []float64) {
 	step := math.Pow(10, math.Floor(math.Log10(hi/5)))
 	for _, m := range []float64{1, 2, 5, 10} {
@@ -167,11 +176,12 @@ func linearAxis(hi float64) (func(float64) float64, []float64) {
 			break
 		}
 	}
+	n := math.Ceil(hi / step)
 	var ticks []float64
-	for i := range 6 {
-		ticks = append(ticks, float64(i)*step)
+	for i := 0.0; i <= n; i++ {
+		ticks = append(ticks, i*step)
 	}
-	return func(v float64) float64 { return v / (5 * step) }, ticks
+	return func(v float64) float64 { return v / (n * step) }, ticks
 }
 
 // logAxis maps the powers of ten around lo..hi onto 0..1, with a tick at each.

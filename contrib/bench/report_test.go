@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/xml"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -147,10 +148,22 @@ func TestBarChartIsAnSVGWithABarPerFigure(t *testing.T) {
 			t.Errorf("log %v: %d rects, want 5:\n%s", logScale, len(doc.Rects), svg)
 		}
 	}
-	if scale, ticks := linearAxis(7); ticks[5] != 10 || scale(5) != 0.5 {
+	if scale, ticks := linearAxis(7); len(ticks) != 5 || ticks[4] != 8 || scale(4) != 0.5 {
 		t.Errorf("linear axis up to 7: ticks %v", ticks)
 	}
 	if scale, ticks := logAxis(0.2, 60); len(ticks) != 4 || ticks[0] != 0.1 || scale(1) < 0.333 || scale(1) > 0.334 {
 		t.Errorf("log axis of 0.2..60: ticks %v", ticks)
+	}
+}
+
+func TestOverheadIsTheQueryBeyondUpstreamsAndTheRoundTrip(t *testing.T) {
+	run := pair(cfgOnePlugin, 1, [2]float64{0.2, 0.5}, [2]float64{})
+	run.Ping = map[int]Load{1: {P50Ms: 0.25}}
+	r := &report{Configurations: configurations(), Pairs: []*PairRun{run}}
+	for _, table := range r.tables() {
+		// (0.5 - 0.2 - 0.25) / 0.2; nothing at c16.
+		if want := []string{cfgOnePlugin, "0.250", "0.25", "–", "–"}; table.ID == "overhead" && !slices.Equal(table.Rows[0], want) {
+			t.Errorf("overhead rows = %v, want %v", table.Rows, want)
+		}
 	}
 }

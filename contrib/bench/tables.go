@@ -111,8 +111,9 @@ func (r *report) tables() []Table {
 	}
 	var overhead []column
 	for _, v := range []variant{c1, c16} {
-		overhead = append(overhead, r.pairColumn(v.String()+" round trip p50 ms", "%.3f", pingFigure(v.Concurrency), false),
-			r.pairColumn("beyond it and upstream's query, × upstream's", "%.2f", overheadFigure(v.Concurrency), true))
+		beyond := r.pairColumn("beyond it and upstream's query, × upstream's", "%.2f", overheadFigure(v.Concurrency), false)
+		beyond.ratio = true // a share of upstream's query, of the same pair: shown with its range
+		overhead = append(overhead, r.pairColumn(v.String()+" round trip p50 ms", "%.3f", pingFigure(v.Concurrency), false), beyond)
 	}
 	eventsWithIP := func(run *PairRun) *float64 {
 		if run.EventCalls == nil {
@@ -227,9 +228,9 @@ func (r *report) targetTable() Table {
 	for _, target := range r.targets() {
 		var measured, aa []string
 		for _, p := range target.Parts {
-			measured = append(measured, strings.TrimSpace(p.Variant+" "+cell(p.Measured, "%.3g", true)))
+			measured = append(measured, strings.TrimSpace(p.Variant+" "+cell(p.Measured, "%.2f", true)))
 			if p.AA != nil {
-				aa = append(aa, strings.TrimSpace(p.Variant+" "+cell(p.AA, "%.3g", true)))
+				aa = append(aa, strings.TrimSpace(p.Variant+" "+cell(p.AA, "%.2f", true)))
 			}
 		}
 		t.Rows = append(t.Rows, []string{target.Name, strings.Join(measured, "; "), strings.Join(aa, "; "), target.status()})
