@@ -58,7 +58,7 @@ RELEASE_DIR := $(BUILD)/release
 export KNEXT_RELEASE := $(RELEASE_DIR)/knext-$(TAG)-linux-$(shell go env GOARCH).tar.gz
 
 .PHONY: all src build upstream images kubelet cluster-tools cluster-images cluster cluster-down release demo test \
-	integration bench conformance patches verify verify-proto verify-series upstream-branches upstream-ci clean
+	integration bench bench-doc conformance patches verify verify-proto verify-series upstream-branches upstream-ci clean
 all: build
 
 src: $(SRC_STAMP)
@@ -136,16 +136,20 @@ test: build upstream images kubelet release cluster-images
 
 BENCH := $(BUILD)/bench
 # knext against upstream containerd, in one run (docs/performance.md): PodSandboxStatus cost, pod
-# lifecycle with CNI and CNI-less, scale. Not part of `make test`. Tune it with BENCH_FLAGS, e.g.
-# BENCH_FLAGS="-repeats 3 -benchmarks lifecycle".
+# lifecycle with CNI and CNI-less, scale, a cluster of each. Not part of `make test`. Tune it with
+# BENCH_FLAGS, e.g. BENCH_FLAGS="-repeats 3 -benchmarks lifecycle".
 bench: build upstream images cluster-images
 	@contrib/ci/check-deps.sh
 	go build -o $(BENCH)/knext-bench ./contrib/bench
 	go build -o $(BENCH)/statusplugin ./contrib/bench/statusplugin
-	go build -o $(BENCH)/cnitrace ./contrib/bench/cnitrace
 	$(BENCH)/knext-bench -knext $(BIN)/containerd -upstream $(UPSTREAM_BIN)/containerd \
-		-plugin $(BENCH)/statusplugin -nri-bridge $(BIN)/nri-bridge -cnitrace $(BENCH)/cnitrace \
-		-out $(BENCH)/report.json $(BENCH_FLAGS)
+		-plugin $(BENCH)/statusplugin -nri-bridge $(BIN)/nri-bridge -out $(BENCH)/report.json $(BENCH_FLAGS)
+
+# docs/performance.md's tables, its plots and its committed report from a report of `make bench`
+# (BENCH_REPORT, by default the last run's).
+BENCH_REPORT ?= $(BENCH)/report.json
+bench-doc:
+	go run ./contrib/bench doc -report $(BENCH_REPORT) -page docs/performance.md -out docs/performance
 
 # The CRI validation suite (critest) against upstream containerd with CNI, knext with CNI and knext
 # CNI-less with nri-bridge, in one run, compared (docs/conformance.md); not part of `make test`.

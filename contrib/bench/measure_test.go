@@ -1,69 +1,117 @@
 package main
 
 import (
+	"context"
 	"errors"
-	"sync"
+	"math"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
-func TestForEachCallsEveryIndexOnce(t *testing.T) {
-	var mu sync.Mutex
-	seen := map[int]int{}
-	if err := forEach(100, 7, func(i int) error {
-		mu.Lock()
-		defer mu.Unlock()
-		seen[i]++
-		return nil
-	}); err != nil {
-		t.Fatal(err)
+func TestPercentileIsNearestRank(t *testing.T) {
+	var values []float64
+	for i := 100; i >= 1; i-- { // unsorted on purpose
+		values = append(values, float64(i))
 	}
-	for i := range 100 {
-		if seen[i] != 1 {
-			t.Errorf("index %d called %d times, want once", i, seen[i])
+	for p, want := range map[float64]float64{0.5: 50, 0.99: 99, 1: 100, 0.001: 1} {
+		if got := percentile(values, p); got != want {
+			t.Errorf("percentile(1..100, %v) = %v, want %v", p, got, want)
 		}
 	}
-	if len(seen) != 100 {
-		t.Errorf("%d indexes called, want 100", len(seen))
+	if percentile(nil, 0.5) != 0 {
+		t.Error("percentile of nothing is not 0")
 	}
 }
 
-func TestForEachReturnsErrorsAndStops(t *testing.T) {
-	broken := errors.New("pod 3 is broken")
-	var mu sync.Mutex
-	calls := 0
-	err := forEach(1000, 1, func(i int) error {
-		mu.Lock()
-		defer mu.Unlock()
-		calls++
-		if i == 3 {
-			return broken
+func TestSpreadAndRatio(t *testing.T) {
+	if got := spread([]float64{3, 1, 2}); *got != (Spread{Min: 1, Median: 2, Max: 3, N: 3}) || spread([]float64{4, 1, 2, 3}).Median != 2.5 {
+		t.Errorf("spread(3, 1, 2) = %+v, or the median of 1..4 is not 2.5", *got)
+	}
+	if q, ok := ratio(3, 2); spread(nil) != nil || !ok || q != 1.5 {
+		t.Errorf("spread of nothing is not nil, or ratio(3, 2) = %v, %v", q, ok)
+	}
+	if _, ok := ratio(3, 0); ok {
+		t.Error("a ratio to 0 is a figure")
+	}
+}
+
+// containerd's metrics, trimmed: an NRI plugin's two operations and CNI's setup of pods.
+const metricsText = `# TYPE containerd_nri_plugin_latency_seconds histogram
+containerd_nri_plugin_latency_seconds_bucket{operation="RunPodSandbox",plugin="10-bridge",le="+Inf"} 4
+containerd_nri_plugin_latency_seconds_sum{operation="RunPodSandbox",plugin="10-bridge"} 0.03
+containerd_nri_plugin_latency_seconds_count{operation="RunPodSandbox",plugin="10-bridge"} 4
+containerd_nri_plugin_latency_seconds_bucket{operation="PodSandboxStatus",plugin="10-status",le="+Inf"} 4
+containerd_nri_plugin_latency_seconds_sum{operation="PodSandboxStatus",plugin="10-status"} 0.002
+containerd_nri_plugin_latency_seconds_count{operation="PodSandboxStatus",plugin="10-status"} 4
+# TYPE containerd_cri_network_plugin_operations_duration_seconds_seconds histogram
+containerd_cri_network_plugin_operations_duration_seconds_seconds_bucket{operation_type="set_up_pod",le="+Inf"} 4
+containerd_cri_network_plugin_operations_duration_seconds_seconds_sum{operation_type="set_up_pod"} 0.1
+containerd_cri_network_plugin_operations_duration_seconds_seconds_count{operation_type="set_up_pod"} 4
+# TYPE containerd_nri_plugin_invocations_total counter
+containerd_nri_plugin_invocations_total{operation="RunPodSandbox",plugin="10-bridge"} 4
+`
+
+func TestTimersAreDeltasPerPluginAndOperation(t *testing.T) {
+	before, err := parseTimers(strings.NewReader(metricsText))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := parseTimers(strings.NewReader(strings.NewReplacer(
+		`plugin="10-bridge"} 0.03`, `plugin="10-bridge"} 0.09`, `plugin="10-bridge"} 4`, `plugin="10-bridge"} 10`,
+		`"set_up_pod"} 0.1`, `"set_up_pod"} 0.3`, `"set_up_pod"} 4`, `"set_up_pod"} 14`).Replace(metricsText)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 6 more calls taking 60 ms, 10 CNI setups taking 200 ms; the status calls unchanged, not listed.
+	got := after.since(before)
+	if len(got) != 2 || got[0] != (Timer{"10-bridge", "RunPodSandbox", 6, got[0].MeanMs}) || math.Abs(got[0].MeanMs-10) > 1e-9 ||
+		got[1].Plugin != cniTimer || got[1].Operation != "set_up_pod" || got[1].Calls != 10 || math.Abs(got[1].MeanMs-20) > 1e-9 {
+		t.Errorf("since = %+v, want 6 RunPodSandbox calls of 10-bridge at 10 ms, then 10 CNI set_up_pod at 20 ms", got)
+	}
+	after.add(before) // two nodes
+	if got := pluginCalls(after.since(timers{}), "PodSandboxStatus"); got != 8 {
+		t.Errorf("status calls of two nodes = %d, want 8", got)
+	}
+	if _, err := parseTimers(strings.NewReader("not metrics {")); err == nil {
+		t.Error("malformed metrics were accepted")
+	}
+}
+
+func TestBusyShareLeavesIdleAndIOWaitOut(t *testing.T) {
+	from := procfs.CPUStat{User: 10, System: 10, Idle: 100, Iowait: 10}
+	to := procfs.CPUStat{User: 13, System: 11, Idle: 104, Iowait: 11, SoftIRQ: 1}
+	if got := busyShare(from, to); math.Abs(got-0.5) > 1e-9 {
+		t.Errorf("busy share = %v, want 5 of 10 seconds", got)
+	}
+	if got := busyShare(from, from); got != 0 {
+		t.Errorf("busy share of no time = %v", got)
+	}
+}
+
+func TestLoadRecordsEveryCallUntilItsDeadline(t *testing.T) {
+	failure := errors.New("odd call")
+	r := load(t.Context(), 4, time.Now().Add(20*time.Millisecond), func(_ context.Context, i int) error {
+		if i%2 == 1 {
+			return failure
 		}
 		return nil
 	})
-	if !errors.Is(err, broken) || calls != 4 {
-		t.Errorf("forEach = %v after %d calls, want the error after 4 calls", err, calls)
+	if len(r.ms) == 0 || r.errors == 0 || !errors.Is(r.firstError, failure) || len(r.ms)-r.errors > 4 || r.errors-len(r.ms) > 4 {
+		t.Errorf("load = %d calls, %d errors (%v); want as many of each, give or take a worker's last call", len(r.ms), r.errors, r.firstError)
 	}
 }
 
-func TestIdleGapIsTheQueryLessThePlainRoundTrip(t *testing.T) {
-	c1 := StatusSample{variant: variant{1, false}, P50Ms: 0.5}
-	pings := []PingSample{{Concurrency: 1, IdleGapMs: 0.4, Calls: 10, P50Ms: 0.3}, {Concurrency: 1, Multiplexed: true, Calls: 10, P50Ms: 0.2},
-		{Concurrency: 16, Calls: 10, P50Ms: 0.05}, {Concurrency: 1, Calls: 10, P50Ms: 0.1}}
-	if got := idleGap(c1, pings); got != 400*time.Microsecond {
-		t.Errorf("gap = %v, want 0.5 - 0.1 ms of the plain c1 round trip", got)
-	}
-	for name, tc := range map[string]struct {
-		s     StatusSample
-		pings []PingSample
-	}{
-		"c16":                      {StatusSample{variant: variant{16, false}, P50Ms: 0.5}, pings},
-		"c1 verbose":               {StatusSample{variant: variant{1, true}, P50Ms: 0.5}, pings},
-		"plain round trip not yet": {c1, pings[:3]},
-		"round trip slower than (knext-1-plugin)'s": {c1, []PingSample{{Concurrency: 1, Calls: 10, P50Ms: 0.6}}},
-	} {
-		if got := idleGap(tc.s, tc.pings); got != 0 {
-			t.Errorf("%s: gap = %v, want none", name, got)
+func TestSideOfAlternatesAndSwapsEachRound(t *testing.T) {
+	for round, want := range map[int]string{1: "01100110", 2: "10011001"} {
+		var got strings.Builder
+		for k := range 8 {
+			got.WriteByte(byte('0' + sideOf(k, round)))
+		}
+		if got.String() != want {
+			t.Errorf("round %d: sides %s, want %s", round, got.String(), want)
 		}
 	}
 }

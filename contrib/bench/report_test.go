@@ -1,193 +1,169 @@
 package main
 
 import (
+	"encoding/xml"
+	"math"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 )
 
-func TestPercentileMsIsNearestRank(t *testing.T) {
-	var samples []time.Duration
-	for i := 100; i >= 1; i-- { // unsorted on purpose
-		samples = append(samples, time.Duration(i)*time.Millisecond)
+// pair builds a round of configuration key against upstream with c1 status p50s [upstream, key]
+// and c1 RunPodSandbox times.
+func pair(key string, round int, status [2]float64, run [2]float64) *PairRun {
+	p := &PairRun{Config: key, Round: round, Status: []StatusSample{{Variant: variants[0],
+		Sides: [2]Load{{Calls: 10, P50Ms: status[0]}, {Calls: 10, P50Ms: status[1]}}}}}
+	for side := range 2 {
+		p.Lifecycle[side] = []LifecycleSample{{Concurrency: 1, RunMs: []float64{run[side]}, StopRemoveMs: []float64{1},
+			Timers: []Timer{{Plugin: cniTimer, Operation: "set_up_pod", Calls: 2, MeanMs: run[side] / 2}}}}
 	}
-	for _, tc := range []struct {
-		p    float64
-		want float64
-	}{{0.5, 50}, {0.99, 99}, {1, 100}, {0.001, 1}} {
-		if got := percentileMs(samples, tc.p); got != tc.want {
-			t.Errorf("percentileMs(1..100 ms, %v) = %v, want %v", tc.p, got, tc.want)
-		}
-	}
-	if got := percentileMs(nil, 0.5); got != 0 {
-		t.Errorf("percentileMs(none) = %v, want 0", got)
-	}
+	return p
 }
 
-func TestSpread(t *testing.T) {
-	if got := spread([]float64{3, 1, 2}); *got != (Spread{Min: 1, Median: 2, Max: 3, N: 3}) {
-		t.Errorf("spread(3, 1, 2) = %+v", *got)
-	}
-	if got := spread([]float64{4, 1, 2, 3}); got.Median != 2.5 {
-		t.Errorf("spread(4, 1, 2, 3).Median = %v, want 2.5", got.Median)
-	}
-	if spread(nil) != nil {
-		t.Error("spread(none) is not nil")
-	}
+func testReport() *report {
+	return &report{Configurations: configurations(), Pairs: []*PairRun{
+		// Round 2 is slow on both sides: the per-round ratios stay 1.01, 1.01, 1.10.
+		pair(cfgKnext, 1, [2]float64{0.10, 0.101}, [2]float64{100, 101}),
+		pair(cfgKnext, 2, [2]float64{0.50, 0.505}, [2]float64{200, 202}),
+		pair(cfgKnext, 3, [2]float64{0.10, 0.110}, [2]float64{100, 110}),
+		pair(cfgUpstreamAgain, 1, [2]float64{0.10, 0.09}, [2]float64{100, 100}),
+	}}
 }
 
-func TestPairedRatiosUseRoundsPresentOnBothSides(t *testing.T) {
-	got := spread(pairedRatios(map[int]float64{1: 2, 2: 6, 3: 5}, map[int]float64{1: 1, 2: 3, 4: 9}))
-	if *got != (Spread{Min: 2, Median: 2, Max: 2, N: 2}) {
-		t.Errorf("paired ratios = %+v, want rounds 1 and 2 only, both 2", *got)
-	}
-}
-
-// runs builds runs of configuration key with a c1 PodSandboxStatus p50 per round.
-func runs(key string, p50s ...float64) []*Run {
-	var out []*Run
-	for i, p50 := range p50s {
-		out = append(out, &Run{Config: key, Round: i + 1,
-			Status: []StatusSample{{variant: variants[0], Calls: 100, P50Ms: p50}}})
-	}
-	return out
-}
-
-// target returns r's target named name.
 func target(t *testing.T, r *report, name string) Target {
 	t.Helper()
-	var found []Target
-	for _, target := range slices.Concat(r.targets(), r.statusTargets12(), r.lifecycleTargets()) {
+	for _, target := range r.targets() {
 		if target.Name == name {
-			found = append(found, target)
+			return target
 		}
 	}
-	if len(found) == 1 {
-		return found[0]
-	}
-	t.Fatalf("%d targets named %q", len(found), name)
+	t.Fatalf("no target %q", name)
 	return Target{}
 }
 
-func TestTargetsJudgeMedianOfPerRoundRatios(t *testing.T) {
-	configs := configurations(50 * time.Millisecond) // all, f included
-	r := &report{Configurations: configs, Settings: settings{SlowDelay: 50 * time.Millisecond}}
-	// Round 2 is slow for both a and b: per-round ratios 1.0, 1.02, 1.2 -> median 1.02 (met),
-	// while the ratio of the medians (0.12/0.1) would be 1.2 (missed).
-	r.Runs = append(runs(cfgUpstream, 0.10, 0.50, 0.10), runs(cfgKnext, 0.10, 0.51, 0.12)...)
-	r.Runs = append(r.Runs, runs(cfgOnePlugin, 0.2, 0.2, 0.2)...)
-	r.Runs = append(r.Runs, runs(cfgOneSlowPlugin, 50.2, 50.2, 80)...)
-
-	if got := target(t, r, "(knext) PodSandboxStatus p50 <= 1.05 x (upstream), c1"); got.Status != "met" || got.Measured.Median != 1.02 {
-		t.Errorf("(knext) target = %+v (measured %+v), want met at median 1.02", got, got.Measured)
+func TestTargetsJudgeTheMedianOfPairedRatiosAndShowTheAAPair(t *testing.T) {
+	r := testReport()
+	name := "(knext) PodSandboxStatus p50 ≤ 1.02 × (upstream)"
+	c1 := target(t, r, name).Parts[0]
+	if got := target(t, r, name); got.status() != "met" || c1.Variant != "c1" || c1.Measured.N != 3 || math.Abs(c1.Measured.Median-1.01) > 1e-9 ||
+		c1.AA == nil || math.Abs(c1.AA.Median-0.9) > 1e-9 {
+		t.Errorf("status target %s, c1 measured %+v, A/A %+v; want met at 1.01 of 3 rounds, A/A 0.9", got.status(), c1.Measured, c1.AA)
 	}
-	if got := target(t, r, "(knext-1-plugin) PodSandboxStatus p50 <= 1.60 x (upstream), c1"); got.Status != "missed" {
-		t.Errorf("(knext-1-plugin) target = %+v, want missed (ratios 2, 0.4, 2)", got)
+	r.Pairs[0].Status[0].Sides[1].P50Ms = 0.2 // ratios 2, 1.01, 1.1: median 1.1
+	if got := target(t, r, name); got.status() != "missed c1" {
+		t.Errorf("status target with a median of 1.1 at c1: %s", got.status())
 	}
-	// (knext-1-slow-plugin) / (50 ms + (knext-1-plugin)): 1, 1, 1.59 -> median 1: met.
-	if got := target(t, r, "(knext-1-slow-plugin) PodSandboxStatus p50 / (50ms + (knext-1-plugin) p50) <= 1.2, c1"); got.Status != "met" || got.Measured.Max < 1.5 {
-		t.Errorf("(knext-1-slow-plugin) target = %+v (measured %+v), want met with the slow round as max", got, got.Measured)
+	if got := target(t, r, "(cniless) pod start and removal p50 ≤ 0.80 × (upstream)"); got.status() != "not measured" {
+		t.Errorf("a target of a configuration that did not run is %s", got.status())
 	}
-	if got := target(t, r, "(knext-3-plugins) PodSandboxStatus p50 <= 1.20 x (knext-1-plugin), c1"); got.Status != "not measured" || got.Note == "" {
-		t.Errorf("(knext-3-plugins) target without (knext-3-plugins) runs = %+v, want not measured, saying why", got)
+	calls := 1.0
+	r.Pairs = append(r.Pairs, &PairRun{Config: cfgOnePlugin, Events: 4, EventCalls: &calls})
+	events := "plugin calls caused by CRI container events = 0 (C7), every round of every plugin configuration"
+	if got := target(t, r, events); got.status() != "missed" {
+		t.Errorf("one plugin call for container events: %q, want missed", got.status())
 	}
-	if got := target(t, r, "(knext-3-slow-plugins) PodSandboxStatus p50 <= 1.20 x (knext-1-slow-plugin), c1"); got.Status != "not measured" {
-		t.Errorf("(knext-3-slow-plugins) target with f selected but not run = %+v, want not measured", got)
-	}
-	r.Configurations = configs[:3]
-	if got := target(t, r, "(knext-3-plugins) PodSandboxStatus p50 <= 1.20 x (knext-1-plugin), c1"); got.Status != "not measured" || !strings.Contains(got.Note, "(knext-3-plugins)") {
-		t.Errorf("(knext-3-plugins) target with (knext-3-plugins) not selected = %+v, want not measured naming (knext-3-plugins)", got)
+	r.Pairs[len(r.Pairs)-1].Events = 2 // the events did not all arrive: the round proves nothing
+	if got := target(t, r, events); got.status() != "not measured" {
+		t.Errorf("without every event: %s, want not measured", got.status())
 	}
 }
 
-func TestInternalCallerTargetNeedsEventsAndZeroCalls(t *testing.T) {
-	r := &report{Configurations: configurations(50 * time.Millisecond)}
-	r.Runs = []*Run{
-		{Config: cfgOnePlugin, Round: 1, Events: &EventsSample{Events: 4, PluginCalls: 0}},
-		{Config: cfgOneSlowPlugin, Round: 1, Events: &EventsSample{Events: 2, PluginCalls: 7}}, // incomplete: not counted
-	}
-	got := target(t, r, "(knext-1-plugin)-(knext-1-slow-plugin) plugin calls caused by CRI container events (internal callers) = 0")
-	if got.Status != "met" || got.Measured.N != 1 || !strings.Contains(got.Note, "only 2 of 4") {
-		t.Errorf("internal-caller target = %+v, want met on the one complete run, noting the incomplete one", got)
-	}
-	r.Runs = append(r.Runs, &Run{Config: cfgThreePlugins, Round: 1, Events: &EventsSample{Events: 4, PluginCalls: 1}})
-	if got := target(t, r, "(knext-1-plugin)-(knext-1-slow-plugin) plugin calls caused by CRI container events (internal callers) = 0"); got.Status != "missed" {
-		t.Errorf("internal-caller target with one plugin call = %+v, want missed", got)
-	}
-	r.Runs = nil
-	if got := target(t, r, "(knext-1-plugin)-(knext-1-slow-plugin) plugin calls caused by CRI container events (internal callers) = 0"); got.Status != "not measured" {
-		t.Errorf("internal-caller target without runs = %+v, want not measured", got)
+func TestPluginsAreJudgedAgainstOnePlugin(t *testing.T) {
+	r := &report{Pairs: []*PairRun{
+		pair(cfgOnePlugin, 1, [2]float64{0.1, 0.5}, [2]float64{}), pair(cfgSlowPlugin, 1, [2]float64{0.1, 55.55}, [2]float64{}),
+		pair(cfgOnePlugin, 2, [2]float64{0.2, 0.8}, [2]float64{}), pair(cfgThreePlugins, 2, [2]float64{0.1, 0.5}, [2]float64{}),
+	}}
+	// 55.55 / (50 + the median of 0.5 and 0.8), 5 / the median of 5 and 4 (the paired ratios); no c16.
+	slow := target(t, r, "(knext-1-slow-plugin) PodSandboxStatus p50 ≤ 1.20 × (50ms + (knext-1-plugin))").Parts
+	three := target(t, r, "(knext-3-plugins) PodSandboxStatus p50 ≤ 1.20 × (knext-1-plugin)")
+	if slow[0].Measured == nil || math.Abs(slow[0].Measured.Median-55.55/50.65) > 1e-9 || slow[1].Measured != nil ||
+		three.Parts[0].Measured == nil || math.Abs(three.Parts[0].Measured.Median-5/4.5) > 1e-9 || three.status() != "met" {
+		t.Errorf("slow plugin %+v, three plugins %+v (%s)", slow, three.Parts, three.status())
 	}
 }
 
-func TestBurstTargetJudgesTheMedianRound(t *testing.T) {
-	r := &report{Configurations: configurations(50 * time.Millisecond)}
-	r.Runs = []*Run{
-		{Config: cfgOneSlowPlugin, Round: 1, Bursts: &BurstSample{PluginCallsPerBurstPerPlugin: 1}},
-		{Config: cfgOneSlowPlugin, Round: 2, Bursts: &BurstSample{PluginCallsPerBurstPerPlugin: 1.05}}, // one late query
-		{Config: cfgOneSlowPlugin, Round: 3, Bursts: &BurstSample{PluginCallsPerBurstPerPlugin: 1}},
-	}
-	name := "(knext-1-slow-plugin) plugin calls per burst of 16 concurrent queries for one pod <= 1"
-	if got := target(t, r, name); got.Status != "met" || got.Measured.Max != 1.05 {
-		t.Errorf("burst target = %+v (measured %+v), want met, showing the max 1.05", got, got.Measured)
-	}
-	r.Runs[2].Bursts.PluginCallsPerBurstPerPlugin = 2 // no sharing at all in two rounds
-	r.Runs[0].Bursts.PluginCallsPerBurstPerPlugin = 16
-	if got := target(t, r, name); got.Status != "missed" {
-		t.Errorf("burst target without sharing = %+v, want missed", got)
-	}
-}
-
-func TestSelectConfigurations(t *testing.T) {
-	all := configurations(50 * time.Millisecond)
-	got, err := selectConfigurations(all, "knext-1-slow-plugin, upstream,knext")
-	if err != nil || len(got) != 3 || got[0].Key != cfgUpstream || got[1].Key != cfgKnext || got[2].Key != cfgOneSlowPlugin {
-		t.Errorf("select knext-1-slow-plugin,upstream,knext = %v, %v; want them in canonical order", got, err)
-	}
-	if _, err := selectConfigurations(all, "knext,knext-1-plugin"); err == nil {
-		t.Error("a selection without the baseline upstream was accepted")
-	}
-	if _, err := selectConfigurations(all, "upstream,x"); err == nil || !strings.Contains(err.Error(), `"x"`) {
-		t.Errorf("unknown configuration x: error %v, want one naming it", err)
-	}
-}
-
-func TestRotateStartsEachRoundElsewhere(t *testing.T) {
-	instances := []*instance{{c: configuration{Key: cfgUpstream}}, {c: configuration{Key: cfgKnext}}, {c: configuration{Key: cfgOnePlugin}}}
-	keys := func(in []*instance) string {
-		var s []string
-		for _, i := range in {
-			s = append(s, i.c.Key)
-		}
-		return strings.Join(s, " ")
-	}
-	for r, want := range []string{"upstream knext knext-1-plugin", "knext knext-1-plugin upstream", "knext-1-plugin upstream knext", "upstream knext knext-1-plugin"} {
-		if got := keys(rotate(instances, r)); got != want {
-			t.Errorf("round %d order %s, want %s", r, got, want)
+func TestTablesShowEveryMeasuredConfiguration(t *testing.T) {
+	r := testReport()
+	var status, steps Table
+	for _, table := range r.tables() {
+		switch table.ID {
+		case "status":
+			status = table
+		case "steps":
+			steps = table
 		}
 	}
-	if keys(instances) != "upstream knext knext-1-plugin" {
-		t.Error("rotate modified its argument")
+	if len(status.Rows) != 3 || status.Rows[0][0] != cfgUpstream || status.Rows[1][0] != cfgKnext {
+		t.Fatalf("status rows = %v, want upstream, knext and upstream-again", status.Rows)
 	}
-	if got := rotate(nil, 3); got != nil {
-		t.Errorf("rotate of no instances = %v", got)
+	// upstream: every pair's side 0 (0.1, 0.5, 0.1, 0.1); knext: its ratios with their range.
+	if status.Rows[0][1] != "0.100" || status.Rows[0][2] != "–" || status.Rows[1][2] != "1.01 [1.01–1.10]" {
+		t.Errorf("status rows = %v", status.Rows)
+	}
+	if len(steps.Rows) != 3 || steps.Rows[1][1] != "CNI set_up_pod" || steps.Rows[1][2] != "2.00" || steps.Rows[1][3] != "55.00" {
+		t.Errorf("steps = %v, want CNI set_up_pod of knext at 2 calls per pod, a median of 55 ms", steps.Rows)
+	}
+	if md := status.markdown(); !strings.Contains(md, "| configuration | c1 p50 ms | × upstream |") || !strings.Contains(md, "| knext | 0.110 | 1.01 [1.01–1.10] |") {
+		t.Errorf("markdown:\n%s", md)
 	}
 }
 
-func TestTargetsAgainstUpstreamCarryTheAAFigure(t *testing.T) {
-	r := &report{Configurations: configurations(50 * time.Millisecond), Settings: settings{SlowDelay: 50 * time.Millisecond}}
-	r.Runs = append(runs(cfgUpstream, 4, 4, 4), runs(cfgKnext, 4, 5, 6)...)
-	name := "(knext) PodSandboxStatus p50 <= 1.02 x (upstream), c1"
-	if got := target(t, r, name); got.Note != "" {
-		t.Errorf("without (upstream-again) runs, %s has note %q, want none", name, got.Note)
+func TestScaleRatiosPairTheRounds(t *testing.T) {
+	r := &report{Scale: []ScaleSample{
+		{Config: cfgUpstream, Round: 1, SweepMs: 100}, {Config: cfgUpstream, Round: 2, SweepMs: 200},
+		{Config: cfgOnePlugin, Round: 1, SweepMs: 150}, {Config: cfgOnePlugin, Round: 2, SweepMs: 500},
+	}}
+	sweep := func(s ScaleSample) float64 { return s.SweepMs }
+	if got := spread(r.scaleValues(cfgOnePlugin, sweep, true)); got.Min != 1.5 || got.Max != 2.5 {
+		t.Errorf("sweep ratios = %+v, want 1.5 and 2.5", got)
 	}
-	r.Runs = append(r.Runs, runs(cfgUpstreamAgain, 3, 5, 4)...)
-	got := target(t, r, name)
-	if want := "A/A, (upstream-again) / (upstream): median 1 [0.75..1.25]"; got.Note != want {
-		t.Errorf("%s has note %q, want %q", name, got.Note, want)
+	if got := r.scaleValues(cfgUpstream, sweep, true); got != nil {
+		t.Errorf("upstream's ratio to itself = %v, want none", got)
 	}
-	if got.Status != "missed" || got.Measured.Median != 1.25 {
-		t.Errorf("%s = %+v (measured %+v): the A/A figure must not change the judgement of (knext)", name, got, got.Measured)
+}
+
+func TestFillRegionsReplacesEveryRegion(t *testing.T) {
+	page := "# P\n<!-- bench:a -->\nold\n<!-- /bench:a -->\ntext\n<!-- bench:b -->\n<!-- /bench:b -->\n"
+	got, err := fillRegions(page, map[string]string{"a": "A\n", "b": "B"})
+	if want := "# P\n<!-- bench:a -->\nA\n<!-- /bench:a -->\ntext\n<!-- bench:b -->\nB\n<!-- /bench:b -->\n"; err != nil || got != want {
+		t.Errorf("fillRegions = %q, %v; want %q", got, err, want)
+	}
+	if _, err := fillRegions(page, map[string]string{"a": "A", "b": "B", "c": "C"}); err == nil {
+		t.Error("content without a region was dropped silently")
+	}
+}
+
+func TestBarChartIsAnSVGWithABarPerFigure(t *testing.T) {
+	r := testReport()
+	for _, logScale := range []bool{false, true} {
+		svg := barChart("p50", logScale, configKeys(r.Configurations), r.statusColumns(variants[:1], false))
+		var doc struct {
+			Rects []struct{} `xml:"rect"`
+		}
+		if err := xml.Unmarshal(svg, &doc); err != nil {
+			t.Fatalf("not XML: %v\n%s", err, svg)
+		}
+		// The background, a legend entry, a bar for each of upstream, knext and upstream-again.
+		if len(doc.Rects) != 5 {
+			t.Errorf("log %v: %d rects, want 5:\n%s", logScale, len(doc.Rects), svg)
+		}
+	}
+	if scale, ticks := linearAxis(7); len(ticks) != 5 || ticks[4] != 8 || scale(4) != 0.5 {
+		t.Errorf("linear axis up to 7: ticks %v", ticks)
+	}
+	if scale, ticks := logAxis(0.2, 60); len(ticks) != 4 || ticks[0] != 0.1 || scale(1) < 0.333 || scale(1) > 0.334 {
+		t.Errorf("log axis of 0.2..60: ticks %v", ticks)
+	}
+}
+
+func TestOverheadIsTheQueryBeyondUpstreamsAndTheRoundTrip(t *testing.T) {
+	run := pair(cfgOnePlugin, 1, [2]float64{0.2, 0.5}, [2]float64{})
+	run.Ping = map[int]Load{1: {P50Ms: 0.25}}
+	r := &report{Configurations: configurations(), Pairs: []*PairRun{run}}
+	for _, table := range r.tables() {
+		// (0.5 - 0.2 - 0.25) / 0.2; nothing at c16.
+		if want := []string{cfgOnePlugin, "0.250", "0.25", "–", "–"}; table.ID == "overhead" && !slices.Equal(table.Rows[0], want) {
+			t.Errorf("overhead rows = %v, want %v", table.Rows, want)
+		}
 	}
 }

@@ -5,17 +5,12 @@ import (
 	"net"
 	"path/filepath"
 	"testing"
+
+	"github.com/containerd/ttrpc"
 )
 
-func TestPingRoundTrip(t *testing.T) {
-	for _, multiplexed := range []bool{false, true} {
-		t.Run(map[bool]string{false: "plain", true: "multiplexed"}[multiplexed], func(t *testing.T) {
-			testPingRoundTrip(t, multiplexed)
-		})
-	}
-}
-
-func testPingRoundTrip(t *testing.T, multiplexed bool) {
+// serve starts a ping service for the test and returns a client of it, and the service's end.
+func serve(t testing.TB) (*ttrpc.Client, func() error) {
 	socket := filepath.Join(t.TempDir(), "ping.sock")
 	l, err := net.Listen("unix", socket)
 	if err != nil {
@@ -23,29 +18,44 @@ func testPingRoundTrip(t *testing.T, multiplexed bool) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() {
-		if multiplexed {
-			served <- ServeMultiplexed(ctx, l)
-		} else {
-			served <- Serve(ctx, l)
-		}
-	}()
-
-	c, err := Dial(ctx, socket, multiplexed)
+	go func() { served <- Serve(ctx, l) }()
+	c, err := Dial(ctx, socket)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c, func() error {
+		c.Close()
+		cancel()
+		return <-served
+	}
+}
+
+func TestPingRoundTripsUntilServeEnds(t *testing.T) {
+	c, end := serve(t)
 	for range 3 {
-		if err := c.Ping(ctx); err != nil {
+		if err := Ping(context.Background(), c); err != nil {
 			t.Fatalf("ping: %v", err)
 		}
 	}
-	c.Close()
-	cancel()
-	if err := <-served; err != nil {
-		t.Errorf("Serve after cancel = %v, want nil", err)
+	if err := end(); err != nil {
+		t.Errorf("Serve after its context ended = %v, want nil", err)
 	}
-	if _, err := Dial(context.Background(), socket, multiplexed); err == nil {
-		t.Error("the service still accepts connections after Serve returned")
+	if err := Ping(context.Background(), c); err == nil {
+		t.Error("a ping after the end succeeded")
 	}
+}
+
+// BenchmarkRoundTrip is the bare ttrpc round trip on this machine, one process, no daemon:
+// `go test -bench RoundTrip -cpu 1,16 ./contrib/bench/ping` (-cpu 16 for 16 callers at once).
+func BenchmarkRoundTrip(b *testing.B) {
+	c, end := serve(b)
+	defer end()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := Ping(context.Background(), c); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }

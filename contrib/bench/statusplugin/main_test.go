@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -10,28 +12,34 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 )
 
-func newTestPlugin(primary bool, delay time.Duration) *plugin {
-	return &plugin{primary: primary, delay: delay, prefix: netip.MustParseAddr("2001:db8:7::"), ips: map[string]string{}}
+func newTestPlugin(t *testing.T, primary bool, delay time.Duration) *plugin {
+	return &plugin{primary: primary, delay: delay, prefix: netip.MustParseAddr("2001:db8:7::"), ips: map[string]string{},
+		readyFile: filepath.Join(t.TempDir(), "ready")}
 }
 
-func TestAnswersFromMemoryAndCounts(t *testing.T) {
+var ownPrefix = netip.MustParsePrefix("2001:db8:7::/64")
+
+func TestAnswersFromMemoryOnceSynchronized(t *testing.T) {
 	ctx := context.Background()
-	p := newTestPlugin(true, 0)
+	p := newTestPlugin(t, true, 0)
 	pod := &api.PodSandbox{Id: "pod-1"}
 	if _, err := p.Synchronize(ctx, []*api.PodSandbox{pod}, nil); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := os.Stat(p.readyFile); err != nil {
+		t.Errorf("no ready file after Synchronize: %v", err)
 	}
 	resp, err := p.PodSandboxStatus(ctx, pod)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ip, err := netip.ParseAddr(resp.Ip)
-	if err != nil || !netip.MustParsePrefix("2001:db8:7::/64").Contains(ip) || len(resp.AdditionalIps) != 0 {
-		t.Errorf("answer %v, want a primary IP in 2001:db8:7::/64 and nothing else", resp)
+	if err != nil || !ownPrefix.Contains(ip) || len(resp.AdditionalIps) != 0 {
+		t.Errorf("answer %v, want a primary IP in %s and nothing else", resp, ownPrefix)
 	}
 
 	// The IP depends on the pod only: a restarted plugin answers the same.
-	again := newTestPlugin(false, 0)
+	again := newTestPlugin(t, false, 0)
 	if err := again.RunPodSandbox(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
@@ -45,27 +53,19 @@ func TestAnswersFromMemoryAndCounts(t *testing.T) {
 	if resp, _ := p.PodSandboxStatus(ctx, pod); resp.Ip != "" || len(resp.AdditionalIps) != 0 {
 		t.Errorf("answer for a removed pod %v, want empty", resp)
 	}
-	if stats := p.stats("70-test"); stats.StatusCalls != 2 || stats.Pods != 0 || !stats.Synchronized {
-		t.Errorf("stats %+v, want 2 calls, no pod, synchronized", stats)
-	}
 }
 
-func TestDelayIsSpentAndCancellable(t *testing.T) {
-	p := newTestPlugin(true, 30*time.Millisecond)
-	pod := &api.PodSandbox{Id: "pod-1"}
-	start := time.Now()
-	if _, err := p.PodSandboxStatus(context.Background(), pod); err != nil || time.Since(start) < 30*time.Millisecond {
-		t.Errorf("answer after %s (%v), want at least 30ms", time.Since(start), err)
-	}
+func TestDelayIsCancellable(t *testing.T) {
+	p := newTestPlugin(t, true, time.Hour)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := p.PodSandboxStatus(ctx, pod); err == nil {
+	if _, err := p.PodSandboxStatus(ctx, &api.PodSandbox{Id: "pod-1"}); err == nil {
 		t.Error("answer for a cancelled request, want its error")
 	}
 }
 
 func TestRunReporterAnswersAtRunPodSandboxOnly(t *testing.T) {
-	p := newTestPlugin(true, 0)
+	p := newTestPlugin(t, true, 0)
 	var handlers any = runReporter{p}
 	if _, ok := handlers.(stub.PodSandboxStatusInterface); ok {
 		t.Fatal("the RunPodSandbox reporter implements PodSandboxStatus: the stub would subscribe it to status queries")
@@ -76,8 +76,8 @@ func TestRunReporterAnswersAtRunPodSandboxOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	ips := adjust.GetNetwork().GetIps()
-	if len(ips) != 1 || !netip.MustParsePrefix("2001:db8:7::/64").Contains(netip.MustParseAddr(ips[0])) {
-		t.Errorf("RunPodSandbox answer %v, want one IP in 2001:db8:7::/64", ips)
+	if len(ips) != 1 || !ownPrefix.Contains(netip.MustParseAddr(ips[0])) {
+		t.Errorf("RunPodSandbox answer %v, want one IP in %s", ips, ownPrefix)
 	}
 	if resp, _ := p.PodSandboxStatus(context.Background(), pod); resp.Ip != ips[0] {
 		t.Errorf("the reporter's state has %q for the pod, want %q", resp.Ip, ips[0])
