@@ -26,10 +26,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/contrib/images/testimages"
 	nribridge "github.com/knext-dev/knext/contrib/nri-bridge"
 	"github.com/knext-dev/knext/integration/kubelet"
 	"github.com/knext-dev/knext/internal/harness"
+	"github.com/knext-dev/knext/internal/harness/testimages"
 )
 
 // kubeletTestTimeout bounds one kubelet scenario; the suite's go test -timeout is larger.

@@ -22,8 +22,8 @@ import (
 
 	"github.com/knext-dev/knext/contrib/bench/ping"
 	"github.com/knext-dev/knext/contrib/bench/pluginstats"
-	"github.com/knext-dev/knext/contrib/images/testimages"
 	"github.com/knext-dev/knext/internal/harness"
+	"github.com/knext-dev/knext/internal/harness/testimages"
 )
 
 // stormWidth is the concurrency of the status storm and of query bursts.

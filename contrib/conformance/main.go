@@ -21,7 +21,7 @@ import (
 	"os"
 
 	"github.com/knext-dev/knext/contrib/conformance/critestimages"
-	"github.com/knext-dev/knext/contrib/images/testimages"
+	"github.com/knext-dev/knext/internal/harness/testimages"
 )
 
 func main() {

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/knext-dev/knext/contrib/images/testimages"
+	"github.com/knext-dev/knext/internal/harness/testimages"
 )
 
 // dynamicBusybox is where contrib/ci/install-deps.sh puts Debian's dynamically linked busybox.

@@ -15,7 +15,7 @@ import (
 	"testing"
 
 	"github.com/knext-dev/knext/contrib/images/registry"
-	"github.com/knext-dev/knext/contrib/images/testimages"
+	"github.com/knext-dev/knext/internal/harness/testimages"
 )
 
 // TestCertificateVerifiesForServedHosts runs a registry behind the generated certificate and
