@@ -17,7 +17,6 @@ package main
 import (
 	"flag"
 	"fmt"
-	"io"
 	"os"
 
 	"github.com/knext-dev/knext/contrib/conformance/critestimages"
@@ -69,5 +68,5 @@ func imagesCommand(args []string) error {
 	if err != nil {
 		return err
 	}
-	return testimages.WriteFile(*out, func(w io.Writer) error { return testimages.WriteArchive(w, images...) })
+	return testimages.WriteArchiveFile(*out, images...)
 }

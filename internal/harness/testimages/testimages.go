@@ -1,7 +1,27 @@
-// Package testimages writes knext's local test images, and nri-bridge's deployment image, as OCI
-// image-layout archives that `ctr -n k8s.io images import` accepts; no registry is ever contacted.
+// Package testimages declares container images and writes them, with go-containerregistry, as
+// OCI image-layout archives that `ctr -n k8s.io images import` accepts under their names; no
+// registry is ever contacted.
 //
-// Images (linux, the build machine's architecture):
+// An image is a value: its names, its layers (files, directories, symlinks and hard links with
+// their modes and owners) and its configuration. For example, on top of knext's busybox:
+//
+//	busybox, err := testimages.Busybox("/bin/busybox")
+//	...
+//	image := testimages.Image{
+//		Names: []string{"knext.local/volume-owner:1"},
+//		Layers: append(busybox.Layers, testimages.Layer{
+//			testimages.Dir("data", 0o750).Owner(1000, 1000),
+//			testimages.RegularFile("data/hello", 0o640, []byte("hello\n")).Owner(1000, 1000),
+//			testimages.Symlink("hello", "/data/hello"),
+//		}),
+//		Config: v1.Config{User: "1000", WorkingDir: "/data", Volumes: map[string]struct{}{"/data": {}},
+//			Env: []string{testimages.DefaultPath}, Cmd: []string{"cat", "hello"}},
+//	}
+//	err = testimages.WriteArchiveFile("volume-owner.tar", image)
+//
+// Image.Digest gives the digest a by-digest reference (host/repository@sha256:...) names.
+//
+// knext's own images (linux, the build machine's architecture):
 //
 //   - knext.local/pause:3.10 (archive pause.tar): the static Go program of contrib/images/pause as
 //     /pause, entrypoint ["/pause"]. It is the CRI sandbox image of every knext test and demo.
@@ -11,31 +31,33 @@
 //   - knext.local/nri-bridge:<knext version> (archive nri-bridge.tar): a static nri-bridge as
 //     /usr/local/bin/nri-bridge, its entrypoint; the image of contrib/nri-bridge's manifests.
 //
-// Each archive holds one uncompressed layer; every timestamp is Epoch and every owner root, so the
-// same input binaries always give byte-identical archives. WriteArchive writes archives of other
-// image sets (several images, names and layers) the same way.
+// Layers are uncompressed, and every timestamp is Epoch, so the same inputs always give
+// byte-identical archives.
 package testimages
 
 import (
 	"archive/tar"
 	"bytes"
-	_ "crypto/sha256" // registers the digest algorithm go-digest uses
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
-	"github.com/opencontainers/go-digest"
-	specs "github.com/opencontainers/image-spec/specs-go"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
 
@@ -54,78 +76,162 @@ const (
 	BusyboxArchive   = "busybox.tar"
 	NRIBridgeArchive = "nri-bridge.tar"
 
-	// containerdImageNameAnnotation tells containerd's importer the full image name.
-	containerdImageNameAnnotation = "io.containerd.image.name"
+	// ImageNameAnnotation names an image in an archive's index: containerd's importer reads the
+	// full name from it (org.opencontainers.image.ref.name holds only the tag).
+	ImageNameAnnotation = "io.containerd.image.name"
 
 	// DefaultPath is the PATH of every test image.
 	DefaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 )
 
-// epoch is the modification time of every file and of the image configuration.
+// epoch is the time of every file, layer and image configuration.
 var epoch = time.Unix(0, 0).UTC()
 
-// File is one entry of an image layer. Owners are always root and times always Epoch.
+// File is one entry of a layer; RegularFile, Dir, Symlink and Hardlink make them.
 type File struct {
-	Name     string // path inside the rootfs, relative ("bin/sh")
+	Path     string // inside the root file system, relative ("bin/sh")
+	Type     byte   // tar.TypeReg, tar.TypeDir, tar.TypeSymlink or tar.TypeLink
 	Mode     int64  // permission bits, setuid, setgid and sticky included
-	Type     byte   // tar.TypeReg, tar.TypeDir, tar.TypeSymlink or tar.TypeLink (hard link)
+	UID, GID int
 	Content  []byte // of a regular file
-	Linkname string // a symlink's target; a hard link's linked file (relative, "bin/busybox")
+	Target   string // a symlink's target; a hard link's linked file (relative, "bin/busybox")
 }
 
-// Image is one image of an archive.
+// RegularFile is a regular file owned by root.
+func RegularFile(path string, mode int64, content []byte) File {
+	return File{Path: path, Type: tar.TypeReg, Mode: mode, Content: content}
+}
+
+// Dir is a directory owned by root.
+func Dir(path string, mode int64) File {
+	return File{Path: path, Type: tar.TypeDir, Mode: mode}
+}
+
+// Symlink is a symbolic link at path to target, owned by root.
+func Symlink(path, target string) File {
+	return File{Path: path, Type: tar.TypeSymlink, Mode: 0o777, Target: target}
+}
+
+// Hardlink is a hard link at path to target, a regular file of the same layer.
+func Hardlink(path, target string) File {
+	return File{Path: path, Type: tar.TypeLink, Mode: 0o755, Target: target}
+}
+
+// Owner returns f owned by uid:gid.
+func (f File) Owner(uid, gid int) File {
+	f.UID, f.GID = uid, gid
+	return f
+}
+
+// Layer is one file system layer of an image.
+type Layer []File
+
+// WithParents returns the layer with a directory (0755, root) for each parent it does not list.
+func (l Layer) WithParents() Layer {
+	listed := map[string]bool{}
+	for _, f := range l {
+		listed[f.Path] = true
+	}
+	out := slices.Clone(l)
+	for _, f := range l {
+		for dir := path.Dir(f.Path); dir != "." && dir != "/" && !listed[dir]; dir = path.Dir(dir) {
+			listed[dir] = true
+			out = append(out, Dir(dir, 0o755))
+		}
+	}
+	return out
+}
+
+// Image is a container image for linux and the build machine's architecture.
 type Image struct {
-	// Names are full references (host/repository:tag); each one is an entry of the archive's
-	// index, all pointing to the same manifest.
+	// Names are full references (host/repository:tag); an archive's index has one entry for
+	// each, all pointing to the same manifest.
 	Names  []string
-	Layers [][]File // bottom layer first
-	Config ocispec.ImageConfig
+	Layers []Layer // bottom layer first
+	// Config is what runs: Entrypoint, Cmd, Env, User, WorkingDir, Volumes, ExposedPorts,
+	// Labels, ArgsEscaped.
+	Config v1.Config
 }
 
-// WritePause writes the pause image archive, with pauseBinary (a static executable) as /pause.
-func WritePause(w io.Writer, pauseBinary string) error {
+// Digest returns the digest of the image's manifest: what a by-digest reference
+// (host/repository@sha256:...) to the image names.
+func (image Image) Digest() (v1.Hash, error) {
+	img, err := image.build()
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	return img.Digest()
+}
+
+// build returns the image as go-containerregistry's v1.Image: OCI media types, uncompressed
+// layers, Epoch times.
+func (image Image) build() (v1.Image, error) {
+	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	var adds []mutate.Addendum
+	for i, files := range image.Layers {
+		data, err := layerTar(files)
+		if err != nil {
+			return nil, fmt.Errorf("layer %d: %w", i, err)
+		}
+		adds = append(adds, mutate.Addendum{
+			Layer:   static.NewLayer(data, types.OCIUncompressedLayer),
+			History: v1.History{Created: v1.Time{Time: epoch}},
+		})
+	}
+	img, err := mutate.Append(img, adds...)
+	if err != nil {
+		return nil, err
+	}
+	configFile, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	configFile = configFile.DeepCopy()
+	configFile.OS, configFile.Architecture = "linux", runtime.GOARCH
+	configFile.Created = v1.Time{Time: epoch}
+	configFile.Config = image.Config
+	return mutate.ConfigFile(img, configFile)
+}
+
+// Pause is knext's pause image, with pauseBinary (a static executable) as /pause.
+func Pause(pauseBinary string) (Image, error) {
 	binary, err := os.ReadFile(pauseBinary)
 	if err != nil {
-		return fmt.Errorf("pause image: %w", err)
+		return Image{}, fmt.Errorf("pause image: %w", err)
 	}
-	files := []File{{Name: "pause", Mode: 0o755, Type: tar.TypeReg, Content: binary}}
-	config := ocispec.ImageConfig{Env: []string{DefaultPath}, Entrypoint: []string{"/pause"}}
-	return WriteArchive(w, Image{Names: []string{PauseImage}, Layers: [][]File{files}, Config: config})
+	return Image{
+		Names:  []string{PauseImage},
+		Layers: []Layer{{RegularFile("pause", 0o755, binary)}},
+		Config: v1.Config{Env: []string{DefaultPath}, Entrypoint: []string{"/pause"}},
+	}, nil
 }
 
-// WriteBusybox writes the busybox image archive from busyboxBinary, a statically linked busybox.
-func WriteBusybox(w io.Writer, busyboxBinary string) error {
+// Busybox is knext's busybox image, made of busyboxBinary, a statically linked busybox.
+func Busybox(busyboxBinary string) (Image, error) {
 	binary, err := os.ReadFile(busyboxBinary)
 	if err != nil {
-		return fmt.Errorf("busybox image: %w", err)
+		return Image{}, fmt.Errorf("busybox image: %w", err)
 	}
 	applets, err := BusyboxApplets(busyboxBinary)
 	if err != nil {
-		return fmt.Errorf("busybox image: %w", err)
+		return Image{}, fmt.Errorf("busybox image: %w", err)
 	}
-
-	dirs := map[string]int64{"bin": 0o755, "dev": 0o755, "etc": 0o755, "proc": 0o755, "root": 0o700,
-		"sbin": 0o755, "sys": 0o755, "tmp": 0o1777, "usr": 0o755, "usr/bin": 0o755, "usr/sbin": 0o755,
-		"var": 0o755}
-	files := []File{
-		{Name: "bin/busybox", Mode: 0o755, Type: tar.TypeReg, Content: binary},
-		{Name: "etc/passwd", Mode: 0o644, Type: tar.TypeReg,
-			Content: []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n")},
-		{Name: "etc/group", Mode: 0o644, Type: tar.TypeReg, Content: []byte("root:x:0:\nnogroup:x:65534:\n")},
+	layer := Layer{
+		Dir("dev", 0o755), Dir("proc", 0o755), Dir("root", 0o700), Dir("sys", 0o755), Dir("tmp", 0o1777),
+		Dir("var", 0o755),
+		RegularFile("bin/busybox", 0o755, binary),
+		RegularFile("etc/passwd", 0o644,
+			[]byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n")),
+		RegularFile("etc/group", 0o644, []byte("root:x:0:\nnogroup:x:65534:\n")),
 	}
 	for _, applet := range applets {
-		for dir := path.Dir(applet); dir != "."; dir = path.Dir(dir) {
-			if _, ok := dirs[dir]; !ok {
-				dirs[dir] = 0o755
-			}
-		}
-		files = append(files, File{Name: applet, Mode: 0o777, Type: tar.TypeSymlink, Linkname: "/bin/busybox"})
+		layer = append(layer, Symlink(applet, "/bin/busybox"))
 	}
-	for dir, mode := range dirs {
-		files = append(files, File{Name: dir, Mode: mode, Type: tar.TypeDir})
-	}
-	config := ocispec.ImageConfig{Env: []string{DefaultPath}, Cmd: []string{"sh"}}
-	return WriteArchive(w, Image{Names: []string{BusyboxImage}, Layers: [][]File{files}, Config: config})
+	return Image{
+		Names:  []string{BusyboxImage},
+		Layers: []Layer{layer.WithParents()},
+		Config: v1.Config{Env: []string{DefaultPath}, Cmd: []string{"sh"}},
+	}, nil
 }
 
 // BusyboxApplets returns where busyboxBinary puts each of its applets (`busybox --list-full`:
@@ -144,18 +250,41 @@ func BusyboxApplets(busyboxBinary string) ([]string, error) {
 	return applets, nil
 }
 
-// WriteFile replaces file name (and creates its directory) with what write writes, atomically:
-// an interrupted run never leaves a truncated archive behind.
-func WriteFile(name string, write func(io.Writer) error) error {
-	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+// NRIBridge is nri-bridge's image named name (NRIBridgeRepository:<tag>) with nriBridgeBinary, a
+// static executable, as /usr/local/bin/nri-bridge.
+func NRIBridge(name, nriBridgeBinary string) (Image, error) {
+	if !strings.HasPrefix(name, NRIBridgeRepository+":") {
+		return Image{}, fmt.Errorf("nri-bridge image: name %q is not %s:<tag>", name, NRIBridgeRepository)
+	}
+	return Binary(name, "nri-bridge", nriBridgeBinary)
+}
+
+// Binary is the image named name holding only binary, a static executable, as
+// /usr/local/bin/<command>, its entrypoint.
+func Binary(name, command, binary string) (Image, error) {
+	content, err := os.ReadFile(binary)
+	if err != nil {
+		return Image{}, fmt.Errorf("image %s: %w", name, err)
+	}
+	return Image{
+		Names:  []string{name},
+		Layers: []Layer{Layer{RegularFile("usr/local/bin/"+command, 0o755, content)}.WithParents()},
+		Config: v1.Config{Env: []string{DefaultPath}, Entrypoint: []string{"/usr/local/bin/" + command}},
+	}, nil
+}
+
+// WriteArchiveFile replaces file archive (and creates its directory) with the archive of
+// images, atomically: an interrupted run never leaves a truncated archive behind.
+func WriteArchiveFile(archive string, images ...Image) error {
+	if err := os.MkdirAll(filepath.Dir(archive), 0o755); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(name), filepath.Base(name)+".*")
+	tmp, err := os.CreateTemp(filepath.Dir(archive), filepath.Base(archive)+".*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	if err := write(tmp); err != nil {
+	if err := WriteArchive(tmp, images...); err != nil {
 		tmp.Close()
 		return err
 	}
@@ -166,33 +295,78 @@ func WriteFile(name string, write func(io.Writer) error) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), name)
+	return os.Rename(tmp.Name(), archive)
 }
 
-// WriteNRIBridge writes nri-bridge's image named name (NRIBridgeRepository:<tag>) with
-// nriBridgeBinary, a static executable, as /usr/local/bin/nri-bridge.
-func WriteNRIBridge(w io.Writer, name, nriBridgeBinary string) error {
-	if !strings.HasPrefix(name, NRIBridgeRepository+":") {
-		return fmt.Errorf("nri-bridge image: name %q is not %s:<tag>", name, NRIBridgeRepository)
+// WriteArchive writes a tar archive of the OCI image layout holding images. A blob shared by
+// several images (a common base layer) is stored once.
+func WriteArchive(w io.Writer, images ...Image) error {
+	var manifests []mutate.IndexAddendum
+	platform := &v1.Platform{OS: "linux", Architecture: runtime.GOARCH}
+	for _, image := range images {
+		if len(image.Names) == 0 {
+			return errors.New("image without a name")
+		}
+		img, err := image.build()
+		if err != nil {
+			return fmt.Errorf("%s: %w", image.Names[0], err)
+		}
+		for _, imageName := range image.Names {
+			tag, err := name.NewTag(imageName, name.StrictValidation)
+			if err != nil {
+				return fmt.Errorf("image name %q is not host/repository:tag: %w", imageName, err)
+			}
+			manifests = append(manifests, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{
+				Platform: platform,
+				Annotations: map[string]string{
+					ImageNameAnnotation:       imageName,
+					ocispec.AnnotationRefName: tag.TagStr(),
+				},
+			}})
+		}
 	}
-	return WriteBinaryImage(w, name, "nri-bridge", nriBridgeBinary)
-}
-
-// WriteBinaryImage writes the image named name holding only binary, a static executable, as
-// /usr/local/bin/<command>, its entrypoint.
-func WriteBinaryImage(w io.Writer, name, command, binary string) error {
-	content, err := os.ReadFile(binary)
+	dir, err := os.MkdirTemp("", "knext-image-layout-")
 	if err != nil {
-		return fmt.Errorf("image %s: %w", name, err)
+		return err
 	}
-	files := []File{
-		{Name: "usr", Mode: 0o755, Type: tar.TypeDir},
-		{Name: "usr/local", Mode: 0o755, Type: tar.TypeDir},
-		{Name: "usr/local/bin", Mode: 0o755, Type: tar.TypeDir},
-		{Name: "usr/local/bin/" + command, Mode: 0o755, Type: tar.TypeReg, Content: content},
+	defer os.RemoveAll(dir)
+	if _, err := layout.Write(dir, mutate.AppendManifests(empty.Index, manifests...)); err != nil {
+		return err
 	}
-	config := ocispec.ImageConfig{Env: []string{DefaultPath}, Entrypoint: []string{"/usr/local/bin/" + command}}
-	return WriteArchive(w, Image{Names: []string{name}, Layers: [][]File{files}, Config: config})
+	return tarDirectory(w, dir)
+}
+
+// tarDirectory writes the files under dir as a tar stream (layerTar's fixed order, owners and
+// times).
+func tarDirectory(w io.Writer, dir string) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	tree := root.FS()
+	var files Layer
+	err = fs.WalkDir(tree, ".", func(name string, entry fs.DirEntry, err error) error {
+		switch {
+		case err != nil || name == ".":
+			return err
+		case entry.IsDir():
+			files = append(files, Dir(name, 0o755))
+			return nil
+		}
+		content, err := fs.ReadFile(tree, name)
+		files = append(files, RegularFile(name, 0o644, content))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	data, err := layerTar(files)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(data)
+	return err
 }
 
 // ImageName returns the name of the image in archive, an archive this package wrote.
@@ -214,160 +388,60 @@ func ImageName(archive string) (string, error) {
 		if header.Name != ocispec.ImageIndexFile {
 			continue
 		}
-		var index ocispec.Index
-		if err := json.NewDecoder(tr).Decode(&index); err != nil {
+		index, err := v1.ParseIndexManifest(tr)
+		if err != nil {
 			return "", fmt.Errorf("%s: %s: %w", archive, ocispec.ImageIndexFile, err)
 		}
-		if len(index.Manifests) != 1 || index.Manifests[0].Annotations[containerdImageNameAnnotation] == "" {
+		if len(index.Manifests) != 1 || index.Manifests[0].Annotations[ImageNameAnnotation] == "" {
 			return "", fmt.Errorf("%s: want one named image, the index has %+v", archive, index.Manifests)
 		}
-		return index.Manifests[0].Annotations[containerdImageNameAnnotation], nil
+		return index.Manifests[0].Annotations[ImageNameAnnotation], nil
 	}
-}
-
-// blob is a content-addressed object of the image layout.
-type blob struct {
-	mediaType string
-	data      []byte
-}
-
-func (b blob) descriptor() ocispec.Descriptor {
-	return ocispec.Descriptor{MediaType: b.mediaType, Digest: digest.FromBytes(b.data), Size: int64(len(b.data))}
-}
-
-// WriteArchive writes an OCI image layout archive holding images, for the build machine's
-// architecture, with uncompressed layers. A blob shared by several images (a common base
-// layer) is stored once. The same input always gives the same bytes.
-func WriteArchive(w io.Writer, images ...Image) error {
-	var index []ocispec.Descriptor
-	blobs := map[digest.Digest]blob{}
-	for _, image := range images {
-		if len(image.Names) == 0 {
-			return errors.New("image without a name")
-		}
-		manifest, err := imageBlobs(image, blobs)
-		if err != nil {
-			return fmt.Errorf("%s: %w", image.Names[0], err)
-		}
-		for _, name := range image.Names {
-			desc := manifest.descriptor()
-			desc.Platform = &ocispec.Platform{OS: "linux", Architecture: runtime.GOARCH}
-			desc.Annotations = map[string]string{
-				containerdImageNameAnnotation: name,
-				ocispec.AnnotationRefName:     name[strings.LastIndex(name, ":")+1:],
-			}
-			index = append(index, desc)
-		}
-	}
-	indexData, err := json.Marshal(ocispec.Index{
-		Versioned: specs.Versioned{SchemaVersion: 2},
-		MediaType: ocispec.MediaTypeImageIndex,
-		Manifests: index,
-	})
-	if err != nil {
-		return err
-	}
-	layoutData, err := json.Marshal(ocispec.ImageLayout{Version: ocispec.ImageLayoutVersion})
-	if err != nil {
-		return err
-	}
-
-	archive := []File{
-		{Name: ocispec.ImageLayoutFile, Mode: 0o644, Type: tar.TypeReg, Content: layoutData},
-		{Name: ocispec.ImageIndexFile, Mode: 0o644, Type: tar.TypeReg, Content: indexData},
-		{Name: "blobs", Mode: 0o755, Type: tar.TypeDir},
-		{Name: "blobs/sha256", Mode: 0o755, Type: tar.TypeDir},
-	}
-	for d, b := range blobs {
-		archive = append(archive, File{Name: "blobs/sha256/" + d.Encoded(), Mode: 0o644, Type: tar.TypeReg, Content: b.data})
-	}
-	data, err := layerTar(archive)
-	if err != nil {
-		return fmt.Errorf("archive: %w", err)
-	}
-	_, err = w.Write(data)
-	return err
-}
-
-// imageBlobs adds the layers, configuration and manifest of image to blobs and returns the
-// manifest.
-func imageBlobs(image Image, blobs map[digest.Digest]blob) (blob, error) {
-	add := func(b blob) ocispec.Descriptor {
-		desc := b.descriptor()
-		blobs[desc.Digest] = b
-		return desc
-	}
-	var layers []ocispec.Descriptor
-	var diffIDs []digest.Digest
-	for i, files := range image.Layers {
-		data, err := layerTar(files)
-		if err != nil {
-			return blob{}, fmt.Errorf("layer %d: %w", i, err)
-		}
-		desc := add(blob{mediaType: ocispec.MediaTypeImageLayer, data: data})
-		layers = append(layers, desc)
-		// The layers are uncompressed, so a diff ID is the layer's digest.
-		diffIDs = append(diffIDs, desc.Digest)
-	}
-	created := epoch
-	configData, err := json.Marshal(ocispec.Image{
-		Created:  &created,
-		Platform: ocispec.Platform{OS: "linux", Architecture: runtime.GOARCH},
-		Config:   image.Config,
-		RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: diffIDs},
-	})
-	if err != nil {
-		return blob{}, err
-	}
-	manifestData, err := json.Marshal(ocispec.Manifest{
-		Versioned: specs.Versioned{SchemaVersion: 2},
-		MediaType: ocispec.MediaTypeImageManifest,
-		Config:    add(blob{mediaType: ocispec.MediaTypeImageConfig, data: configData}),
-		Layers:    layers,
-	})
-	if err != nil {
-		return blob{}, err
-	}
-	manifest := blob{mediaType: ocispec.MediaTypeImageManifest, data: manifestData}
-	add(manifest)
-	return manifest, nil
 }
 
 // layerTar returns a tar stream of files in path order, hard links last (their targets must
-// come first), with fixed owners and timestamps.
-func layerTar(files []File) ([]byte, error) {
+// come first), with Epoch times.
+func layerTar(files Layer) ([]byte, error) {
 	files = slices.Clone(files)
-	sort.Slice(files, func(i, j int) bool {
-		if li, lj := files[i].Type == tar.TypeLink, files[j].Type == tar.TypeLink; li != lj {
-			return lj
+	slices.SortFunc(files, func(a, b File) int {
+		if aLink, bLink := a.Type == tar.TypeLink, b.Type == tar.TypeLink; aLink != bLink {
+			if aLink {
+				return 1
+			}
+			return -1
 		}
-		return files[i].Name < files[j].Name
+		return strings.Compare(a.Path, b.Path)
 	})
 	seen := map[string]bool{}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, f := range files {
-		if seen[f.Name] {
-			return nil, fmt.Errorf("%s: defined twice", f.Name)
+		if !fs.ValidPath(f.Path) {
+			return nil, fmt.Errorf("%s: not a relative path without . or .. elements", f.Path)
 		}
-		seen[f.Name] = true
-		name := f.Name
+		if seen[f.Path] {
+			return nil, fmt.Errorf("%s: defined twice", f.Path)
+		}
+		seen[f.Path] = true
+		name := f.Path
 		if f.Type == tar.TypeDir {
 			name += "/"
 		}
 		header := &tar.Header{
 			Typeflag: f.Type,
 			Name:     name,
-			Linkname: f.Linkname,
+			Linkname: f.Target,
 			Mode:     f.Mode,
+			Uid:      f.UID,
+			Gid:      f.GID,
 			Size:     int64(len(f.Content)),
 			ModTime:  epoch,
 		}
 		if err := tw.WriteHeader(header); err != nil {
-			return nil, fmt.Errorf("%s: %w", f.Name, err)
+			return nil, fmt.Errorf("%s: %w", f.Path, err)
 		}
 		if _, err := tw.Write(f.Content); err != nil {
-			return nil, fmt.Errorf("%s: %w", f.Name, err)
+			return nil, fmt.Errorf("%s: %w", f.Path, err)
 		}
 	}
 	if err := tw.Close(); err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"archive/tar"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -9,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,18 +20,11 @@ import (
 // pulls a manifest through a client that trusts only that certificate.
 func TestCertificateVerifiesForServedHosts(t *testing.T) {
 	archive := filepath.Join(t.TempDir(), "pause.tar")
-	f, err := os.Create(archive)
-	if err != nil {
-		t.Fatal(err)
-	}
 	image := testimages.Image{
 		Names:  []string{"knext.local/pause:3.10"},
-		Layers: [][]testimages.File{{{Name: "pause", Mode: 0o755, Type: tar.TypeReg, Content: []byte("pause")}}},
+		Layers: []testimages.Layer{{testimages.RegularFile("pause", 0o755, []byte("pause"))}},
 	}
-	if err := testimages.WriteArchive(f, image); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
+	if err := testimages.WriteArchiveFile(archive, image); err != nil {
 		t.Fatal(err)
 	}
 	reg := registry.New()
