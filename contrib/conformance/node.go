@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -21,8 +19,8 @@ import (
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/knext-dev/knext/contrib/conformance/critestimages"
-	"github.com/knext-dev/knext/contrib/images/registry"
 	"github.com/knext-dev/knext/internal/harness"
+	"github.com/knext-dev/knext/internal/harness/registry"
 )
 
 const (
@@ -125,41 +123,52 @@ func runConfiguration(ctx context.Context, c configuration, p options, dir strin
 	return runCritest(ctx, h, p.critest, p.focus, dir)
 }
 
-// serveImages serves the image archive on a free port of 127.0.0.1 and writes a hosts.toml
-// for each of its registry hosts under certsDir that points containerd at it.
+// serveImages serves the image archive over TLS on a free port of 127.0.0.1 and writes, under
+// certsDir, the CA to trust and a hosts.toml for each of its registry hosts that points
+// containerd at it.
 func serveImages(archive, logPath, certsDir string) (addr string, stop func(), err error) {
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return "", nil, err
 	}
-	reg := registry.New()
-	reg.Logf = log.New(logFile, "", log.LstdFlags).Printf
+	reg := registry.New(log.New(logFile, "", log.LstdFlags))
 	if err := reg.LoadArchive(archive); err != nil {
 		logFile.Close()
 		return "", nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	srv, err := reg.ServeTLS("127.0.0.1:0")
 	if err != nil {
 		logFile.Close()
 		return "", nil, err
 	}
-	addr = ln.Addr().String()
-	for _, host := range reg.Hosts() {
-		hostsToml := fmt.Sprintf("# %s: served by knext-conformance's local registry.\nserver = \"http://%s\"\n", host, addr)
+	stop = func() { srv.Close(); logFile.Close() }
+	if err := writeHostsConfig(certsDir, srv, reg.Hosts()); err != nil {
+		stop()
+		return "", nil, err
+	}
+	return srv.Addr, stop, nil
+}
+
+// writeHostsConfig writes the CA file and, for each host, a hosts.toml naming srv its server.
+func writeHostsConfig(certsDir string, srv *registry.Server, hosts []string) error {
+	caFile := filepath.Join(certsDir, "registry-ca.pem")
+	if err := os.MkdirAll(certsDir, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(caFile, srv.CACert, 0o644); err != nil {
+		return err
+	}
+	for _, host := range hosts {
+		hostsToml := fmt.Sprintf("# %s: served by knext-conformance's local registry.\nserver = \"https://%s\"\nca = %q\n",
+			host, srv.Addr, caFile)
 		if err := os.MkdirAll(filepath.Join(certsDir, host), 0o755); err != nil {
-			ln.Close()
-			logFile.Close()
-			return "", nil, err
+			return err
 		}
 		if err := os.WriteFile(filepath.Join(certsDir, host, "hosts.toml"), []byte(hostsToml), 0o644); err != nil {
-			ln.Close()
-			logFile.Close()
-			return "", nil, err
+			return err
 		}
 	}
-	srv := &http.Server{Handler: reg, ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
-	return addr, func() { srv.Close(); logFile.Close() }, nil
+	return nil
 }
 
 // runCritest runs critest against the harness, with its NRI specs on the harness's NRI socket.
