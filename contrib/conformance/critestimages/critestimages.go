@@ -1,7 +1,7 @@
 // Package critestimages rebuilds, from local inputs, every image the CRI validation suite
 // (critest, sigs.k8s.io/cri-tools v1.37.0) pulls, under the references critest uses, so that a
-// local registry can serve them where no registry is reachable. /work/shared/CRITEST-NOTES.md
-// and docs/conformance.md say what critest checks of each image.
+// local registry can serve them where no registry is reachable. docs/conformance.md says what
+// critest checks of each image.
 //
 // All but the pause images share one base layer modelled on the busybox image critest expects:
 // Debian's dynamically linked busybox (package busybox) as /bin/busybox with the shared libraries
