@@ -123,52 +123,26 @@ func runConfiguration(ctx context.Context, c configuration, p options, dir strin
 	return runCritest(ctx, h, p.critest, p.focus, dir)
 }
 
-// serveImages serves the image archive over TLS on a free port of 127.0.0.1 and writes, under
-// certsDir, the CA to trust and a hosts.toml for each of its registry hosts that points
-// containerd at it.
+// serveImages serves the image archive over TLS on a free port of 127.0.0.1 and makes certsDir a
+// registry config_path that points containerd at it for each of its registry hosts.
 func serveImages(archive, logPath, certsDir string) (addr string, stop func(), err error) {
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return "", nil, err
 	}
-	reg := registry.New(log.New(logFile, "", log.LstdFlags))
-	if err := reg.LoadArchive(archive); err != nil {
-		logFile.Close()
-		return "", nil, err
-	}
-	srv, err := reg.ServeTLS("127.0.0.1:0")
+	srv, err := registry.Serve(registry.Options{
+		Listen: "127.0.0.1:0", Archives: []string{archive}, Log: log.New(logFile, "", log.LstdFlags),
+	})
 	if err != nil {
 		logFile.Close()
 		return "", nil, err
 	}
 	stop = func() { srv.Close(); logFile.Close() }
-	if err := writeHostsConfig(certsDir, srv, reg.Hosts()); err != nil {
+	if err := srv.WriteHostsDir(certsDir); err != nil {
 		stop()
 		return "", nil, err
 	}
 	return srv.Addr, stop, nil
-}
-
-// writeHostsConfig writes the CA file and, for each host, a hosts.toml naming srv its server.
-func writeHostsConfig(certsDir string, srv *registry.Server, hosts []string) error {
-	caFile := filepath.Join(certsDir, "registry-ca.pem")
-	if err := os.MkdirAll(certsDir, 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(caFile, srv.CACert, 0o644); err != nil {
-		return err
-	}
-	for _, host := range hosts {
-		hostsToml := fmt.Sprintf("# %s: served by knext-conformance's local registry.\nserver = \"https://%s\"\nca = %q\n",
-			host, srv.Addr, caFile)
-		if err := os.MkdirAll(filepath.Join(certsDir, host), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(certsDir, host, "hosts.toml"), []byte(hostsToml), 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // runCritest runs critest against the harness, with its NRI specs on the harness's NRI socket.

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -41,22 +42,57 @@ import (
 // leave the process.
 const storeHost = "store.invalid"
 
-// Registry is the in-memory registry and the image names it serves. Load archives and add
+// Options say what Serve serves, where, and where it logs.
+type Options struct {
+	// Listen is the address to serve on, host:port; port 0 picks a free one.
+	Listen string
+	// Archives are OCI image-layout archives: each image with a name annotation is served.
+	Archives []string
+	// Aliases serve, under each key (host/repository:tag), the image of the archives its value
+	// names.
+	Aliases map[string]string
+	// Log receives a line per request.
+	Log *log.Logger
+}
+
+// Serve loads the archives and aliases of opts into a new registry and serves it over TLS until
+// Close.
+func Serve(opts Options) (*Server, error) {
+	r := newRegistry(opts.Log)
+	for _, archive := range opts.Archives {
+		if err := r.loadArchive(archive); err != nil {
+			return nil, err
+		}
+	}
+	for _, alias := range slices.Sorted(maps.Keys(opts.Aliases)) {
+		if err := r.addAlias(alias, opts.Aliases[alias]); err != nil {
+			return nil, err
+		}
+	}
+	srv, err := r.serveTLS(opts.Listen)
+	if err != nil {
+		return nil, err
+	}
+	opts.Log.Printf("serving %s on %s", strings.Join(r.names(), " "), srv.Addr)
+	return srv, nil
+}
+
+// registry is the in-memory registry and the image names it serves. Load archives and add
 // aliases before serving.
-type Registry struct {
+type registry struct {
 	store http.Handler
 	log   *log.Logger
-	names []name.Tag
+	tags  []name.Tag
 }
 
-// New returns an empty registry that logs every request to logger.
-func New(logger *log.Logger) *Registry {
-	return &Registry{store: ggcrregistry.New(ggcrregistry.Logger(logger)), log: logger}
+// newRegistry returns an empty registry that logs every request to logger.
+func newRegistry(logger *log.Logger) *registry {
+	return &registry{store: ggcrregistry.New(ggcrregistry.Logger(logger)), log: logger}
 }
 
-// LoadArchive serves every image of the OCI image-layout tar archive at path that has a name
+// loadArchive serves every image of the OCI image-layout tar archive at path that has a name
 // annotation. Blobs are checked against their digests.
-func (r *Registry) LoadArchive(path string) error {
+func (r *registry) loadArchive(path string) error {
 	dir, err := os.MkdirTemp("", "knext-registry-")
 	if err != nil {
 		return err
@@ -99,13 +135,13 @@ func (r *Registry) LoadArchive(path string) error {
 	return nil
 }
 
-// AddAlias also serves the image existing (host/repository:tag) under the name alias.
-func (r *Registry) AddAlias(alias, existing string) error {
-	i := slices.IndexFunc(r.names, func(tag name.Tag) bool { return tag.Name() == existing })
+// addAlias also serves the image existing (host/repository:tag) under the name alias.
+func (r *registry) addAlias(alias, existing string) error {
+	i := slices.IndexFunc(r.tags, func(tag name.Tag) bool { return tag.Name() == existing })
 	if i < 0 {
-		return fmt.Errorf("alias %s: no image %s in the archives (have %s)", alias, existing, strings.Join(r.Names(), ", "))
+		return fmt.Errorf("alias %s: no image %s in the archives (have %s)", alias, existing, strings.Join(r.names(), ", "))
 	}
-	stored, err := storeTag(r.names[i])
+	stored, err := storeTag(r.tags[i])
 	var image *remote.Descriptor
 	if err == nil {
 		image, err = remote.Get(stored, r.storeOptions()...)
@@ -120,12 +156,12 @@ func (r *Registry) AddAlias(alias, existing string) error {
 }
 
 // add pushes image into the store under imageName.
-func (r *Registry) add(imageName string, image remote.Taggable) error {
+func (r *registry) add(imageName string, image remote.Taggable) error {
 	tag, err := name.NewTag(imageName, name.StrictValidation)
 	if err != nil {
 		return fmt.Errorf("image name %q is not host/repository:tag: %w", imageName, err)
 	}
-	if slices.Contains(r.Names(), tag.Name()) {
+	if slices.Contains(r.names(), tag.Name()) {
 		return fmt.Errorf("image %s is defined twice", tag)
 	}
 	stored, err := storeTag(tag)
@@ -135,7 +171,7 @@ func (r *Registry) add(imageName string, image remote.Taggable) error {
 	if err := remote.Push(stored, image, r.storeOptions()...); err != nil {
 		return err
 	}
-	r.names = append(r.names, tag)
+	r.tags = append(r.tags, tag)
 	return nil
 }
 
@@ -145,7 +181,7 @@ func storeTag(tag name.Tag) (name.Tag, error) {
 	return repository.Tag(tag.TagStr()), err
 }
 
-func (r *Registry) storeOptions() []remote.Option {
+func (r *registry) storeOptions() []remote.Option {
 	return []remote.Option{remote.WithTransport(handlerTransport{r.store})}
 }
 
@@ -165,21 +201,21 @@ func (t handlerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// Names returns the served image names, sorted.
-func (r *Registry) Names() []string {
+// names returns the served image names, sorted.
+func (r *registry) names() []string {
 	var names []string
-	for _, tag := range r.names {
+	for _, tag := range r.tags {
 		names = append(names, tag.Name())
 	}
 	slices.Sort(names)
 	return names
 }
 
-// Hosts returns the registry hosts of the served images, sorted: the names the certificate
+// hosts returns the registry hosts of the served images, sorted: the names the certificate
 // covers, or the hosts that need a hosts.toml.
-func (r *Registry) Hosts() []string {
+func (r *registry) hosts() []string {
 	var hosts []string
-	for _, tag := range r.names {
+	for _, tag := range r.tags {
 		hosts = append(hosts, tag.RegistryStr())
 	}
 	slices.Sort(hosts)
@@ -188,7 +224,7 @@ func (r *Registry) Hosts() []string {
 
 // ServeHTTP serves the pull side of the distribution API (GET and HEAD of /v2/, manifests by
 // tag or digest, blobs) for the registry host the request names.
-func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+func (r *registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if req.Method != http.MethodGet && req.Method != http.MethodHead {
 		r.log.Printf("%s %s: refused, the registry is read-only", req.Method, req.URL)
 		w.Header().Set("Content-Type", "application/json")
@@ -216,7 +252,7 @@ func requestHost(req *http.Request) string {
 	return req.Host
 }
 
-// Server serves a Registry over TLS.
+// Server serves a registry over TLS.
 type Server struct {
 	// Addr is the address the server listens on, host:port.
 	Addr string
@@ -224,13 +260,14 @@ type Server struct {
 	// trust.
 	CACert []byte
 
+	hosts  []string
 	server *http.Server
 	served chan error
 }
 
-// ServeTLS serves r on listen (host:port; port 0 picks a free one) until Close, with a
+// serveTLS serves r on listen (host:port; port 0 picks a free one) until Close, with a
 // certificate for r's hosts and for the listening IP. Load archives and add aliases first.
-func (r *Registry) ServeTLS(listen string) (*Server, error) {
+func (r *registry) serveTLS(listen string) (*Server, error) {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return nil, err
@@ -239,7 +276,8 @@ func (r *Registry) ServeTLS(listen string) (*Server, error) {
 	if ip := ln.Addr().(*net.TCPAddr).IP; !ip.IsUnspecified() {
 		ips = append(ips, ip)
 	}
-	tlsConfig, caCert, err := newCertificate(r.Hosts(), ips)
+	hosts := r.hosts()
+	tlsConfig, caCert, err := newCertificate(hosts, ips)
 	if err != nil {
 		ln.Close()
 		return nil, err
@@ -247,6 +285,7 @@ func (r *Registry) ServeTLS(listen string) (*Server, error) {
 	s := &Server{
 		Addr:   ln.Addr().String(),
 		CACert: caCert,
+		hosts:  hosts,
 		server: &http.Server{Handler: r, TLSConfig: tlsConfig, ErrorLog: r.log, ReadHeaderTimeout: 10 * time.Second},
 		served: make(chan error, 1),
 	}
@@ -261,6 +300,23 @@ func (s *Server) Close() error {
 		return err
 	}
 	return closeErr
+}
+
+// WriteHostsDir makes dir a registry config_path of containerd that sends the pulls of every
+// served host here: dir/<host>/hosts.toml names the server and the CA file, dir/registry-ca.pem.
+// The server's address is an IP, so containerd names the host in the ns parameter.
+func (s *Server) WriteHostsDir(dir string) error {
+	caFile := filepath.Join(dir, "registry-ca.pem")
+	if err := writeFile(caFile, s.CACert); err != nil {
+		return err
+	}
+	for _, host := range s.hosts {
+		hostsToml := fmt.Sprintf("# %s: served by knext's test registry.\nserver = \"https://%s\"\nca = %q\n", host, s.Addr, caFile)
+		if err := writeFile(filepath.Join(dir, host, "hosts.toml"), []byte(hostsToml)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // extract writes the regular files of the tar archive at path under dir.
@@ -279,30 +335,27 @@ func extract(archive, dir string) error {
 		if err != nil {
 			return err
 		}
-		file := path.Clean(header.Name)
 		if header.Typeflag != tar.TypeReg {
 			continue
 		}
+		file := path.Clean(header.Name)
 		if !filepath.IsLocal(file) {
 			return fmt.Errorf("%s points outside the archive", header.Name)
 		}
-		if err := writeFile(filepath.Join(dir, file), tr); err != nil {
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			return err
+		}
+		if err := writeFile(filepath.Join(dir, file), data); err != nil {
 			return err
 		}
 	}
 }
 
-func writeFile(name string, content io.Reader) error {
+// writeFile writes file name, and its directory.
+func writeFile(name string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
 		return err
 	}
-	f, err := os.Create(name)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, content); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return os.WriteFile(name, data, 0o644)
 }

@@ -44,24 +44,19 @@ func writeArchive(t *testing.T, images ...testimages.Image) string {
 	return archive
 }
 
-func newRegistry(t *testing.T) *Registry {
-	return New(log.New(t.Output(), "", 0))
+func testRegistry(t *testing.T) *registry {
+	return newRegistry(log.New(t.Output(), "", 0))
 }
 
-// serve loads archive, adds aliases (alias, existing, ...), serves it over TLS and returns the
-// server.
-func serve(t *testing.T, archive string, aliases ...string) *Server {
+// serve serves pauseImage, also as aliasName, and closes the server when the test ends.
+func serve(t *testing.T) *Server {
 	t.Helper()
-	reg := newRegistry(t)
-	if err := reg.LoadArchive(archive); err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < len(aliases); i += 2 {
-		if err := reg.AddAlias(aliases[i], aliases[i+1]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	srv, err := reg.ServeTLS("127.0.0.1:0")
+	srv, err := Serve(Options{
+		Listen:   "127.0.0.1:0",
+		Archives: []string{writeArchive(t, pauseImage)},
+		Aliases:  map[string]string{aliasName: pauseName},
+		Log:      log.New(t.Output(), "", 0),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +85,7 @@ func client(t *testing.T, srv *Server) *http.Client {
 }
 
 func TestPullsByTagDigestAndAliasOverTLS(t *testing.T) {
-	srv := serve(t, writeArchive(t, pauseImage), aliasName, pauseName)
+	srv := serve(t)
 	digest, err := pauseImage.Digest()
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +137,7 @@ func TestPullsByTagDigestAndAliasOverTLS(t *testing.T) {
 // TestMirrorRequestsNameTheirHost pulls as containerd does through a hosts.toml naming the
 // server by IP: the ns parameter, not the Host header, names the registry.
 func TestMirrorRequestsNameTheirHost(t *testing.T) {
-	srv := serve(t, writeArchive(t, pauseImage), aliasName, pauseName)
+	srv := serve(t)
 	c := client(t, srv)
 	for _, tc := range []struct {
 		method, path string
@@ -174,48 +169,71 @@ func TestMirrorRequestsNameTheirHost(t *testing.T) {
 	}
 }
 
+func TestWriteHostsDirPointsEveryHostAtTheServer(t *testing.T) {
+	srv := serve(t)
+	dir := t.TempDir()
+	if err := srv.WriteHostsDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := os.ReadFile(filepath.Join(dir, "registry-ca.pem"))
+	if err != nil || !bytes.Equal(ca, srv.CACert) {
+		t.Errorf("registry-ca.pem: %v, want the server's CA certificate", err)
+	}
+	for _, host := range []string{"knext.local", "registry.k8s.io"} {
+		hostsToml, err := os.ReadFile(filepath.Join(dir, host, "hosts.toml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{`server = "https://` + srv.Addr + `"`, `ca = "` + filepath.Join(dir, "registry-ca.pem") + `"`} {
+			if !strings.Contains(string(hostsToml), want+"\n") {
+				t.Errorf("%s/hosts.toml:\n%s\nwant the line %s", host, hostsToml, want)
+			}
+		}
+	}
+}
+
 func TestHostsAndNames(t *testing.T) {
-	reg := newRegistry(t)
+	reg := testRegistry(t)
 	other := pauseImage
 	other.Names = []string{"other.example/tools/pause:1", "knext.local/pause:latest"}
-	if err := reg.LoadArchive(writeArchive(t, pauseImage, other)); err != nil {
+	if err := reg.loadArchive(writeArchive(t, pauseImage, other)); err != nil {
 		t.Fatal(err)
 	}
-	if err := reg.AddAlias(aliasName, pauseName); err != nil {
+	if err := reg.addAlias(aliasName, pauseName); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := strings.Join(reg.Hosts(), " "), "knext.local other.example registry.k8s.io"; got != want {
+	if got, want := strings.Join(reg.hosts(), " "), "knext.local other.example registry.k8s.io"; got != want {
 		t.Errorf("hosts %q, want %q", got, want)
 	}
-	if got, want := strings.Join(reg.Names(), " "), "knext.local/pause:3.10 knext.local/pause:latest other.example/tools/pause:1 "+aliasName; got != want {
+	if got, want := strings.Join(reg.names(), " "), "knext.local/pause:3.10 knext.local/pause:latest other.example/tools/pause:1 "+aliasName; got != want {
 		t.Errorf("names %q, want %q", got, want)
 	}
 }
 
 func TestRejectsBadArchivesAndAliases(t *testing.T) {
 	good := writeArchive(t, pauseImage)
-	reg := newRegistry(t)
-	if err := reg.LoadArchive(good); err != nil {
+	reg := testRegistry(t)
+	if err := reg.loadArchive(good); err != nil {
 		t.Fatal(err)
 	}
-	if err := reg.LoadArchive(good); err == nil || !strings.Contains(err.Error(), "defined twice") {
+	if err := reg.loadArchive(good); err == nil || !strings.Contains(err.Error(), "defined twice") {
 		t.Errorf("loading the same image twice: err = %v, want 'defined twice'", err)
 	}
-	if err := reg.AddAlias(aliasName, "knext.local/pause:9"); err == nil || !strings.Contains(err.Error(), pauseName) {
+	if err := reg.addAlias(aliasName, "knext.local/pause:9"); err == nil || !strings.Contains(err.Error(), pauseName) {
 		t.Errorf("alias of a missing image: err = %v, want it to list the images it has", err)
 	}
-	if err := reg.AddAlias("pause:3.10.2", pauseName); err == nil {
+	if err := reg.addAlias("pause:3.10.2", pauseName); err == nil {
 		t.Error("alias without a registry host was accepted")
 	}
 
-	if err := newRegistry(t).LoadArchive(tamper(t, good)); err == nil {
+	if err := testRegistry(t).loadArchive(tamper(t, good)); err == nil {
 		t.Error("an archive with a tampered layer was loaded")
 	}
 	notLayout := filepath.Join(t.TempDir(), "empty.tar")
 	if err := os.WriteFile(notLayout, make([]byte, 1024), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := newRegistry(t).LoadArchive(notLayout); err == nil || !strings.Contains(err.Error(), "not an OCI image layout") {
+	if err := testRegistry(t).loadArchive(notLayout); err == nil || !strings.Contains(err.Error(), "not an OCI image layout") {
 		t.Errorf("loading an empty tar: err = %v, want 'not an OCI image layout'", err)
 	}
 }

@@ -51,30 +51,25 @@ func main() {
 	}
 }
 
-func run(listen, caFile string, aliases, archives []string) error {
-	reg := registry.New(log.Default())
-	for _, path := range archives {
-		if err := reg.LoadArchive(path); err != nil {
-			return err
-		}
-	}
-	for _, alias := range aliases {
+func run(listen, caFile string, aliasFlags, archives []string) error {
+	aliases := map[string]string{}
+	for _, alias := range aliasFlags {
 		name, existing, ok := strings.Cut(alias, "=")
 		if !ok {
 			return fmt.Errorf("alias %q is not NEW=EXISTING", alias)
 		}
-		if err := reg.AddAlias(name, existing); err != nil {
-			return err
+		if _, twice := aliases[name]; twice {
+			return fmt.Errorf("alias %s is given twice", name)
 		}
+		aliases[name] = existing
 	}
-	srv, err := reg.ServeTLS(listen)
+	srv, err := registry.Serve(registry.Options{Listen: listen, Archives: archives, Aliases: aliases, Log: log.Default()})
 	if err != nil {
 		return err
 	}
 	if err := os.WriteFile(caFile, srv.CACert, 0o644); err != nil {
 		return errors.Join(err, srv.Close())
 	}
-	log.Printf("ociregistry: serving %s on %s for hosts %v", strings.Join(reg.Names(), " "), srv.Addr, reg.Hosts())
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	<-ctx.Done()
