@@ -541,11 +541,7 @@ func TestKubeletCNIModeStatusPlugin(t *testing.T) {
 // for the HostToContainer mount), and a configuration with the harness's bridge name and subnets.
 func (n *kubeletNode) nriBridgeStaticPod(t *testing.T) *corev1.Pod {
 	t.Helper()
-	imageDir := os.Getenv("KNEXT_IMAGES_DIR")
-	if imageDir == "" {
-		t.Fatal("KNEXT_IMAGES_DIR is not set: run the tests through make (make images builds nri-bridge's image)")
-	}
-	archive := filepath.Join(imageDir, testimages.NRIBridgeArchive)
+	archive := imageArchive(t, testimages.NRIBridgeArchive)
 	image, err := testimages.ImageName(archive)
 	if err != nil {
 		t.Fatal(err)
