@@ -78,7 +78,7 @@ upstream:
 	GOWORK=off go build -C $$dir -tags "$(GO_TAGS)" -o $(UPSTREAM_BIN)/containerd ./cmd/containerd && \
 	GOWORK=off CGO_ENABLED=0 go build -C $$dir -tags "$(SHIM_TAGS)" -o $(UPSTREAM_BIN)/containerd-shim-runc-v2 ./cmd/containerd-shim-runc-v2
 
-# Image archives (contrib/images/testimages): the test images knext.local/pause:3.10 and
+# Image archives (internal/harness/testimages): the test images knext.local/pause:3.10 and
 # knext.local/busybox:1.35, and nri-bridge's image knext.local/nri-bridge:$(TAG).
 images: build
 	CGO_ENABLED=0 go build -trimpath -ldflags=-s -o $(IMAGES)/pause ./contrib/images/pause

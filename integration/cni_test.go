@@ -10,8 +10,8 @@ import (
 	"github.com/vishvananda/netlink"
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/contrib/images/testimages"
 	"github.com/knext-dev/knext/internal/harness"
+	"github.com/knext-dev/knext/internal/harness/testimages"
 )
 
 // allocationFile is where host-local records that ip is allocated.

@@ -18,7 +18,7 @@ import (
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/knext-dev/knext/internal/harness"
-	"github.com/knext-dev/knext/internal/netnstest"
+	"github.com/knext-dev/knext/internal/harness/netnstest"
 )
 
 // hostPorts and masquerade of nri-bridge on the real stack: the port mappings go from CRI

@@ -26,10 +26,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/contrib/images/testimages"
 	nribridge "github.com/knext-dev/knext/contrib/nri-bridge"
 	"github.com/knext-dev/knext/integration/kubelet"
 	"github.com/knext-dev/knext/internal/harness"
+	"github.com/knext-dev/knext/internal/harness/testimages"
 )
 
 // kubeletTestTimeout bounds one kubelet scenario; the suite's go test -timeout is larger.
@@ -541,11 +541,7 @@ func TestKubeletCNIModeStatusPlugin(t *testing.T) {
 // for the HostToContainer mount), and a configuration with the harness's bridge name and subnets.
 func (n *kubeletNode) nriBridgeStaticPod(t *testing.T) *corev1.Pod {
 	t.Helper()
-	imageDir := os.Getenv("KNEXT_IMAGES_DIR")
-	if imageDir == "" {
-		t.Fatal("KNEXT_IMAGES_DIR is not set: run the tests through make (make images builds nri-bridge's image)")
-	}
-	archive := filepath.Join(imageDir, testimages.NRIBridgeArchive)
+	archive := imageArchive(t, testimages.NRIBridgeArchive)
 	image, err := testimages.ImageName(archive)
 	if err != nil {
 		t.Fatal(err)

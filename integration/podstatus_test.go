@@ -17,8 +17,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/contrib/images/testimages"
 	"github.com/knext-dev/knext/internal/harness"
+	"github.com/knext-dev/knext/internal/harness/testimages"
 )
 
 // podNetworkInfoKey is the verbose PodSandboxStatus info entry that shows where a pod's IPs come

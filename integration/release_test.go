@@ -20,8 +20,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/knext-dev/knext/contrib/images/testimages"
 	nribridge "github.com/knext-dev/knext/contrib/nri-bridge"
+	"github.com/knext-dev/knext/internal/harness/testimages"
 )
 
 // releaseFiles is the content of the release tarball (contrib/release/release.sh).

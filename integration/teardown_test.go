@@ -19,8 +19,8 @@ import (
 	"golang.org/x/sys/unix"
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/contrib/images/testimages"
 	"github.com/knext-dev/knext/internal/harness"
+	"github.com/knext-dev/knext/internal/harness/testimages"
 )
 
 // crashingOwnerEnv makes the test binary start a harness with a running container, print its

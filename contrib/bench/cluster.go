@@ -20,8 +20,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/knext-dev/knext/contrib/cluster"
-	"github.com/knext-dev/knext/contrib/images/testimages"
 	"github.com/knext-dev/knext/internal/harness"
+	"github.com/knext-dev/knext/internal/harness/testimages"
 )
 
 // ClusterRun is one rollout of a Deployment of -cluster-pods pods on one cluster.

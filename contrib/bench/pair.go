@@ -11,7 +11,7 @@ import (
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/knext-dev/knext/contrib/bench/ping"
-	"github.com/knext-dev/knext/contrib/images/testimages"
+	"github.com/knext-dev/knext/internal/harness/testimages"
 )
 
 // A pair is upstream's instance (side 0) and a configuration's (side 1), both daemons running.

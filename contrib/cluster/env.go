@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/knext-dev/knext/contrib/images/testimages"
+	"github.com/knext-dev/knext/internal/harness/testimages"
 )
 
 // The environment the Makefile exports for `make cluster` and the cluster-e2e suite: where each

@@ -21,9 +21,9 @@ import (
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/knext-dev/knext/contrib/images/testimages"
 	"github.com/knext-dev/knext/integration/kubelet"
 	"github.com/knext-dev/knext/internal/harness"
+	"github.com/knext-dev/knext/internal/harness/testimages"
 )
 
 // ContainerdMetricsPort is where every node's containerd serves its metrics (/v1/metrics) on the

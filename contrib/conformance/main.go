@@ -17,11 +17,10 @@ package main
 import (
 	"flag"
 	"fmt"
-	"io"
 	"os"
 
 	"github.com/knext-dev/knext/contrib/conformance/critestimages"
-	"github.com/knext-dev/knext/contrib/images/testimages"
+	"github.com/knext-dev/knext/internal/harness/testimages"
 )
 
 func main() {
@@ -69,5 +68,5 @@ func imagesCommand(args []string) error {
 	if err != nil {
 		return err
 	}
-	return testimages.WriteFile(*out, func(w io.Writer) error { return testimages.WriteArchive(w, images...) })
+	return testimages.WriteArchiveFile(*out, images...)
 }

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -21,8 +19,8 @@ import (
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/knext-dev/knext/contrib/conformance/critestimages"
-	"github.com/knext-dev/knext/contrib/images/registry"
 	"github.com/knext-dev/knext/internal/harness"
+	"github.com/knext-dev/knext/internal/harness/registry"
 )
 
 const (
@@ -125,41 +123,26 @@ func runConfiguration(ctx context.Context, c configuration, p options, dir strin
 	return runCritest(ctx, h, p.critest, p.focus, dir)
 }
 
-// serveImages serves the image archive on a free port of 127.0.0.1 and writes a hosts.toml
-// for each of its registry hosts under certsDir that points containerd at it.
+// serveImages serves the image archive over TLS on a free port of 127.0.0.1 and makes certsDir a
+// registry config_path that points containerd at it for each of its registry hosts.
 func serveImages(archive, logPath, certsDir string) (addr string, stop func(), err error) {
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return "", nil, err
 	}
-	reg := registry.New()
-	reg.Logf = log.New(logFile, "", log.LstdFlags).Printf
-	if err := reg.LoadArchive(archive); err != nil {
-		logFile.Close()
-		return "", nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	srv, err := registry.Serve(registry.Options{
+		Listen: "127.0.0.1:0", Archives: []string{archive}, Log: log.New(logFile, "", log.LstdFlags),
+	})
 	if err != nil {
 		logFile.Close()
 		return "", nil, err
 	}
-	addr = ln.Addr().String()
-	for _, host := range reg.Hosts() {
-		hostsToml := fmt.Sprintf("# %s: served by knext-conformance's local registry.\nserver = \"http://%s\"\n", host, addr)
-		if err := os.MkdirAll(filepath.Join(certsDir, host), 0o755); err != nil {
-			ln.Close()
-			logFile.Close()
-			return "", nil, err
-		}
-		if err := os.WriteFile(filepath.Join(certsDir, host, "hosts.toml"), []byte(hostsToml), 0o644); err != nil {
-			ln.Close()
-			logFile.Close()
-			return "", nil, err
-		}
+	stop = func() { srv.Close(); logFile.Close() }
+	if err := srv.WriteHostsDir(certsDir); err != nil {
+		stop()
+		return "", nil, err
 	}
-	srv := &http.Server{Handler: reg, ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
-	return addr, func() { srv.Close(); logFile.Close() }, nil
+	return srv.Addr, stop, nil
 }
 
 // runCritest runs critest against the harness, with its NRI specs on the harness's NRI socket.

@@ -25,8 +25,8 @@ import (
 
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/contrib/images/testimages"
 	"github.com/knext-dev/knext/internal/harness"
+	"github.com/knext-dev/knext/internal/harness/testimages"
 )
 
 func main() {

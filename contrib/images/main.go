@@ -14,13 +14,12 @@ package main
 import (
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
 
-	"github.com/knext-dev/knext/contrib/images/testimages"
+	"github.com/knext-dev/knext/internal/harness/testimages"
 )
 
 // binaryImages collects -image flags.
@@ -49,33 +48,34 @@ func main() {
 	}
 }
 
-func writeArchives(dir, pauseBinary, busybox, nriBridgeBinary, nriBridgeImage string, images []string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	archives := map[string]func(io.Writer) error{}
+func writeArchives(dir, pauseBinary, busybox, nriBridgeBinary, nriBridgeImage string, binaries []string) error {
+	images := map[string]func() (testimages.Image, error){}
 	if pauseBinary != "" {
-		archives[testimages.PauseArchive] = func(w io.Writer) error { return testimages.WritePause(w, pauseBinary) }
+		images[testimages.PauseArchive] = func() (testimages.Image, error) { return testimages.Pause(pauseBinary) }
 	}
 	if busybox != "" {
-		archives[testimages.BusyboxArchive] = func(w io.Writer) error { return testimages.WriteBusybox(w, busybox) }
+		images[testimages.BusyboxArchive] = func() (testimages.Image, error) { return testimages.Busybox(busybox) }
 	}
 	if nriBridgeBinary != "" {
-		archives[testimages.NRIBridgeArchive] = func(w io.Writer) error {
-			return testimages.WriteNRIBridge(w, nriBridgeImage, nriBridgeBinary)
+		images[testimages.NRIBridgeArchive] = func() (testimages.Image, error) {
+			return testimages.NRIBridge(nriBridgeImage, nriBridgeBinary)
 		}
 	}
-	for _, image := range images {
+	for _, image := range binaries {
 		name, binary, ok := strings.Cut(image, "=")
 		repository, _, tagged := strings.Cut(name, ":")
 		if !ok || !tagged || binary == "" {
 			return fmt.Errorf("-image %q is not REPOSITORY:TAG=BINARY", image)
 		}
 		command := path.Base(repository)
-		archives[command+".tar"] = func(w io.Writer) error { return testimages.WriteBinaryImage(w, name, command, binary) }
+		images[command+".tar"] = func() (testimages.Image, error) { return testimages.Binary(name, command, binary) }
 	}
-	for archive, write := range archives {
-		if err := testimages.WriteFile(filepath.Join(dir, archive), write); err != nil {
+	for archive, declare := range images {
+		image, err := declare()
+		if err != nil {
+			return err
+		}
+		if err := testimages.WriteArchiveFile(filepath.Join(dir, archive), image); err != nil {
 			return err
 		}
 	}

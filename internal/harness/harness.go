@@ -46,7 +46,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/contrib/images/testimages"
+	"github.com/knext-dev/knext/internal/harness/testimages"
 )
 
 // Namespace is the containerd namespace of CRI, where the images are imported.

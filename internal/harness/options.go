@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/knext-dev/knext/contrib/images/testimages"
+	"github.com/knext-dev/knext/internal/harness/testimages"
 )
 
 const modulePath = "github.com/knext-dev/knext"

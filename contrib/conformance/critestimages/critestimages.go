@@ -1,7 +1,7 @@
 // Package critestimages rebuilds, from local inputs, every image the CRI validation suite
 // (critest, sigs.k8s.io/cri-tools v1.37.0) pulls, under the references critest uses, so that a
-// local registry can serve them where no registry is reachable. /work/shared/CRITEST-NOTES.md
-// and docs/conformance.md say what critest checks of each image.
+// local registry can serve them where no registry is reachable. docs/conformance.md says what
+// critest checks of each image.
 //
 // All but the pause images share one base layer modelled on the busybox image critest expects:
 // Debian's dynamically linked busybox (package busybox) as /bin/busybox with the shared libraries
@@ -11,12 +11,11 @@
 // symlink masks its target, /bin/busybox, and with it every command. Debian's busybox has no
 // pgrep and no ipcs: small shell versions stand in.
 //
-// Every file is owned by root with Epoch times (package testimages), so the same inputs always
-// give the same archive, byte for byte.
+// Every time is Epoch (package testimages), so the same inputs always give the same archive, byte
+// for byte.
 package critestimages
 
 import (
-	"archive/tar"
 	"debug/elf"
 	"errors"
 	"fmt"
@@ -27,9 +26,9 @@ import (
 	"slices"
 	"strings"
 
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/knext-dev/knext/contrib/images/testimages"
+	"github.com/knext-dev/knext/internal/harness/testimages"
 )
 
 // Inputs are the binaries the images are made of.
@@ -152,25 +151,25 @@ func Images(in Inputs) ([]testimages.Image, error) {
 		return nil, err
 	}
 
-	shell := ocispec.ImageConfig{Env: []string{testimages.DefaultPath}, Cmd: []string{"sh"}}
-	with := func(change func(*ocispec.ImageConfig)) ocispec.ImageConfig {
+	shell := v1.Config{Env: []string{testimages.DefaultPath}, Cmd: []string{"sh"}}
+	with := func(change func(*v1.Config)) v1.Config {
 		config := shell
 		config.Env = slices.Clone(shell.Env)
 		change(&config)
 		return config
 	}
-	onBase := func(extra ...testimages.File) [][]testimages.File {
+	onBase := func(extra ...testimages.File) []testimages.Layer {
 		if len(extra) == 0 {
-			return [][]testimages.File{base}
+			return []testimages.Layer{base}
 		}
-		return [][]testimages.File{base, extra}
+		return []testimages.Layer{base, extra}
 	}
 	nginxLayer := []testimages.File{
-		dir("usr/sbin"),
-		{Name: "usr/sbin/nginx", Mode: 0o755, Type: tar.TypeReg, Content: fakeNginx},
+		testimages.Dir("usr/sbin", 0o755),
+		testimages.RegularFile("usr/sbin/nginx", 0o755, fakeNginx),
 	}
-	nginx := func(port string) ocispec.ImageConfig {
-		return with(func(c *ocispec.ImageConfig) {
+	nginx := func(port string) v1.Config {
+		return with(func(c *v1.Config) {
 			c.Cmd = []string{"nginx", "-g", "daemon off;"}
 			c.Env = append(c.Env, "NGINX_LISTEN=:"+port)
 			c.ExposedPorts = map[string]struct{}{port + "/tcp": {}}
@@ -181,19 +180,19 @@ func Images(in Inputs) ([]testimages.Image, error) {
 	pauseImage := func(version string, names ...string) testimages.Image {
 		return testimages.Image{
 			Names:  names,
-			Layers: [][]testimages.File{{{Name: "pause", Mode: 0o755, Type: tar.TypeReg, Content: pause}}},
-			Config: ocispec.ImageConfig{Env: []string{testimages.DefaultPath}, Entrypoint: []string{"/pause"},
+			Layers: []testimages.Layer{{testimages.RegularFile("pause", 0o755, pause)}},
+			Config: v1.Config{Env: []string{testimages.DefaultPath}, Entrypoint: []string{"/pause"},
 				User: "65535:65535", Labels: map[string]string{"version": version}},
 		}
 	}
 	user := func(name, user string) testimages.Image {
 		return testimages.Image{Names: []string{criToolsImage + name + ":latest"},
-			Layers: onBase(), Config: with(func(c *ocispec.ImageConfig) { c.User = user })}
+			Layers: onBase(), Config: with(func(c *v1.Config) { c.User = user })}
 	}
 	// An empty file names the image, as in cri-tools' images/image-test.
 	marked := func(marker string, names ...string) testimages.Image {
 		return testimages.Image{Names: names, Config: shell,
-			Layers: onBase(testimages.File{Name: marker, Mode: 0o644, Type: tar.TypeReg})}
+			Layers: onBase(testimages.RegularFile(marker, 0o644, nil))}
 	}
 
 	images := []testimages.Image{
@@ -202,19 +201,18 @@ func Images(in Inputs) ([]testimages.Image, error) {
 		// As cri-tools' images/hostnet-nginx: nginx on port 12003, for host-network pods.
 		{Names: []string{criToolsImage + "hostnet-nginx-" + runtime.GOARCH + ":latest"}, Layers: onBase(nginxLayer...),
 			Config: nginx("12003")},
-		{Names: []string{e2eImages + "httpd:2.4.39-4"}, Config: with(func(c *ocispec.ImageConfig) {
+		{Names: []string{e2eImages + "httpd:2.4.39-4"}, Config: with(func(c *v1.Config) {
 			c.Cmd = []string{"httpd-foreground"}
 			c.ExposedPorts = map[string]struct{}{"80/tcp": {}}
-		}), Layers: onBase(
-			dir("usr/local"), dir("usr/local/bin"), dir("usr/local/apache2"), dir("usr/local/apache2/htdocs"),
-			testimages.File{Name: "usr/local/bin/httpd-foreground", Mode: 0o755, Type: tar.TypeReg, Content: []byte(httpdForeground)},
-			testimages.File{Name: "usr/local/apache2/htdocs/index.html", Mode: 0o644, Type: tar.TypeReg,
-				Content: []byte("<html><body><h1>It works!</h1></body></html>\n")})},
-		{Names: []string{e2eImages + "nonewprivs:1.3"}, Config: with(func(c *ocispec.ImageConfig) {
+		}), Layers: onBase(testimages.Layer{
+			testimages.RegularFile("usr/local/bin/httpd-foreground", 0o755, []byte(httpdForeground)),
+			testimages.RegularFile("usr/local/apache2/htdocs/index.html", 0o644,
+				[]byte("<html><body><h1>It works!</h1></body></html>\n")),
+		}.WithParents()...)},
+		{Names: []string{e2eImages + "nonewprivs:1.3"}, Config: with(func(c *v1.Config) {
 			c.Cmd = nil
 			c.Entrypoint = []string{"/usr/local/bin/nnp"}
-		}), Layers: onBase(dir("usr/local"), dir("usr/local/bin"),
-			testimages.File{Name: "usr/local/bin/nnp", Mode: 0o4755, Type: tar.TypeReg, Content: nnp})},
+		}), Layers: onBase(testimages.Layer{testimages.RegularFile("usr/local/bin/nnp", 0o4755, nnp)}.WithParents()...)},
 		pauseImage("3.10", SandboxImage),
 		pauseImage("3.9", "registry.k8s.io/pause:3.9", "k8s.gcr.io/pause:3.9"),
 		user("test-image-user-uid", "1002"),
@@ -222,11 +220,11 @@ func Images(in Inputs) ([]testimages.Image, error) {
 		user("test-image-user-uid-group", "1003:1004"),
 		user("test-image-user-username-group", "www-data:1004"),
 		{Names: []string{criToolsImage + "test-image-predefined-group:latest"},
-			Config: with(func(c *ocispec.ImageConfig) { c.User = "1000" }),
+			Config: with(func(c *v1.Config) { c.User = "1000" }),
 			// As `adduser -u 1000 -D default-user && addgroup -g 50000 group-defined-in-image &&
 			// addgroup default-user group-defined-in-image` would leave them.
-			Layers: onBase(dir("etc"), dir("home"),
-				testimages.File{Name: "home/default-user", Mode: 0o755, Type: tar.TypeDir},
+			Layers: onBase(testimages.Dir("etc", 0o755), testimages.Dir("home", 0o755),
+				testimages.Dir("home/default-user", 0o755).Owner(1000, 1000),
 				etcFile("etc/passwd", passwd+"default-user:x:1000:1000:Linux User,,,:/home/default-user:/bin/sh\n"),
 				etcFile("etc/group", group+"default-user:x:1000:\ngroup-defined-in-image:x:50000:default-user\n"),
 				etcFile("etc/shadow", shadow(passwd)+"default-user:!:0:0:99999:7:::\n"))},
@@ -241,16 +239,12 @@ func Images(in Inputs) ([]testimages.Image, error) {
 	return images, nil
 }
 
-func dir(name string) testimages.File {
-	return testimages.File{Name: name, Mode: 0o755, Type: tar.TypeDir}
-}
-
 func etcFile(name, content string) testimages.File {
 	mode := int64(0o644)
 	if name == "etc/shadow" {
 		mode = 0o640
 	}
-	return testimages.File{Name: name, Mode: mode, Type: tar.TypeReg, Content: []byte(content)}
+	return testimages.RegularFile(name, mode, []byte(content))
 }
 
 // shadow returns a shadow file locking the password of every user of passwd.
@@ -264,7 +258,7 @@ func shadow(passwd string) string {
 }
 
 // baseLayer returns the busybox root file system the images build on.
-func baseLayer(busybox string) ([]testimages.File, error) {
+func baseLayer(busybox string) (testimages.Layer, error) {
 	binary, err := os.ReadFile(busybox)
 	if err != nil {
 		return nil, fmt.Errorf("critest images: %w", err)
@@ -278,25 +272,19 @@ func baseLayer(busybox string) ([]testimages.File, error) {
 		return nil, fmt.Errorf("critest images: %w", err)
 	}
 
-	dirs := map[string]int64{"bin": 0o755, "dev": 0o755, "etc": 0o755, "home": 0o755, "proc": 0o755,
-		"root": 0o700, "sys": 0o755, "tmp": 0o1777, "usr": 0o755, "usr/sbin": 0o755, "var": 0o755,
-		"var/run": 0o755, "var/spool": 0o755, "var/spool/mail": 0o755, "var/www": 0o755}
-	files := []testimages.File{
-		{Name: "bin/busybox", Mode: 0o755, Type: tar.TypeReg, Content: binary},
-		{Name: "bin/pgrep", Mode: 0o755, Type: tar.TypeReg, Content: []byte(pgrep)},
-		{Name: "bin/ipcs", Mode: 0o755, Type: tar.TypeReg, Content: []byte(ipcs)},
+	files := testimages.Layer{
+		testimages.Dir("dev", 0o755), testimages.Dir("home", 0o755), testimages.Dir("proc", 0o755),
+		testimages.Dir("root", 0o700), testimages.Dir("sys", 0o755), testimages.Dir("tmp", 0o1777),
+		testimages.Dir("usr/sbin", 0o755), testimages.Dir("var/run", 0o755),
+		testimages.Dir("var/spool/mail", 0o755), testimages.Dir("var/www", 0o755),
+		testimages.RegularFile("bin/busybox", 0o755, binary),
+		testimages.RegularFile("bin/pgrep", 0o755, []byte(pgrep)),
+		testimages.RegularFile("bin/ipcs", 0o755, []byte(ipcs)),
 		etcFile("etc/passwd", passwd),
 		etcFile("etc/group", group),
 		etcFile("etc/shadow", shadow(passwd)),
 	}
 	files = append(files, libs...)
-	for _, f := range files {
-		for d := path.Dir(f.Name); d != "."; d = path.Dir(d) {
-			if _, ok := dirs[d]; !ok {
-				dirs[d] = 0o755
-			}
-		}
-	}
 	// As in the busybox image: every applet in /bin, whatever directory busybox suggests.
 	linked := map[string]bool{"busybox": true, "pgrep": true, "ipcs": true}
 	for _, applet := range applets {
@@ -305,12 +293,9 @@ func baseLayer(busybox string) ([]testimages.File, error) {
 			continue
 		}
 		linked[name] = true
-		files = append(files, testimages.File{Name: "bin/" + name, Mode: 0o755, Type: tar.TypeLink, Linkname: "bin/busybox"})
+		files = append(files, testimages.Hardlink("bin/"+name, "bin/busybox"))
 	}
-	for name, mode := range dirs {
-		files = append(files, testimages.File{Name: name, Mode: mode, Type: tar.TypeDir})
-	}
-	return files, nil
+	return files.WithParents(), nil
 }
 
 // sharedLibraries returns the dynamic loader (at the path binary names, plus the file it links
@@ -346,7 +331,7 @@ func sharedLibraries(binary string) ([]testimages.File, error) {
 			target = filepath.Join(filepath.Dir(interp), target)
 		}
 		loader = filepath.Clean(target)
-		files = append(files, testimages.File{Name: strings.TrimPrefix(interp, "/"), Mode: 0o777, Type: tar.TypeSymlink, Linkname: loader})
+		files = append(files, testimages.Symlink(strings.TrimPrefix(interp, "/"), loader))
 	}
 	libDir := filepath.Dir(loader)
 	for _, lib := range append([]string{filepath.Base(loader)}, needed...) {
@@ -355,7 +340,7 @@ func sharedLibraries(binary string) ([]testimages.File, error) {
 		if err != nil {
 			return nil, fmt.Errorf("shared library %s: %w", lib, err)
 		}
-		files = append(files, testimages.File{Name: strings.TrimPrefix(hostPath, "/"), Mode: 0o755, Type: tar.TypeReg, Content: data})
+		files = append(files, testimages.RegularFile(strings.TrimPrefix(hostPath, "/"), 0o755, data))
 	}
 	return files, nil
 }

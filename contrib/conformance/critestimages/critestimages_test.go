@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/knext-dev/knext/contrib/images/testimages"
+	"github.com/knext-dev/knext/internal/harness/testimages"
 )
 
 // dynamicBusybox is where contrib/ci/install-deps.sh puts Debian's dynamically linked busybox.
@@ -34,11 +34,11 @@ func inputs(t *testing.T) Inputs {
 }
 
 // layer returns the entries of a layer by path.
-func layer(t *testing.T, files []testimages.File) map[string]testimages.File {
+func layer(t *testing.T, files testimages.Layer) map[string]testimages.File {
 	t.Helper()
 	byName := map[string]testimages.File{}
 	for _, f := range files {
-		byName[f.Name] = f
+		byName[f.Path] = f
 	}
 	return byName
 }
@@ -108,13 +108,13 @@ func TestBaseLayerHasHardLinkedAppletsAndLibraries(t *testing.T) {
 	}
 	files := layer(t, base)
 	for _, applet := range []string{"bin/sh", "bin/ls", "bin/sleep", "bin/top", "bin/brctl", "bin/httpd"} {
-		if f := files[applet]; f.Type != tar.TypeLink || f.Linkname != "bin/busybox" {
-			t.Errorf("%s: type %c link %q, want a hard link to bin/busybox", applet, f.Type, f.Linkname)
+		if f := files[applet]; f.Type != tar.TypeLink || f.Target != "bin/busybox" {
+			t.Errorf("%s: type %c link %q, want a hard link to bin/busybox", applet, f.Type, f.Target)
 		}
 	}
 	for _, f := range base {
-		if f.Type == tar.TypeSymlink && !strings.HasPrefix(f.Linkname, "/lib") {
-			t.Errorf("%s is a symlink to %s: masking it would mask its target", f.Name, f.Linkname)
+		if f.Type == tar.TypeSymlink && !strings.HasPrefix(f.Target, "/lib") {
+			t.Errorf("%s is a symlink to %s: masking it would mask its target", f.Path, f.Target)
 		}
 	}
 	for _, script := range []string{"bin/pgrep", "bin/ipcs"} {
@@ -163,7 +163,7 @@ func TestBaseLayerRuns(t *testing.T) {
 }
 
 // unpack writes the files of a layer under root: directories first, hard links last.
-func unpack(files []testimages.File, root string) error {
+func unpack(files testimages.Layer, root string) error {
 	ordered := slices.Clone(files)
 	slices.SortStableFunc(ordered, func(a, b testimages.File) int {
 		rank := func(f testimages.File) int {
@@ -178,10 +178,10 @@ func unpack(files []testimages.File, root string) error {
 		if d := rank(a) - rank(b); d != 0 {
 			return d
 		}
-		return strings.Compare(a.Name, b.Name)
+		return strings.Compare(a.Path, b.Path)
 	})
 	for _, f := range ordered {
-		path := filepath.Join(root, f.Name)
+		path := filepath.Join(root, f.Path)
 		var err error
 		switch f.Type {
 		case tar.TypeDir:
@@ -189,9 +189,9 @@ func unpack(files []testimages.File, root string) error {
 		case tar.TypeReg:
 			err = os.WriteFile(path, f.Content, os.FileMode(f.Mode&0o777))
 		case tar.TypeSymlink:
-			err = os.Symlink(f.Linkname, path)
+			err = os.Symlink(f.Target, path)
 		case tar.TypeLink:
-			err = os.Link(filepath.Join(root, f.Linkname), path)
+			err = os.Link(filepath.Join(root, f.Target), path)
 		}
 		if err != nil {
 			return err

@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/knext-dev/knext/internal/netnstest"
+	"github.com/knext-dev/knext/internal/harness/netnstest"
 	"github.com/knext-dev/knext/internal/nribridge/cluster/clustertest"
 	"github.com/knext-dev/knext/internal/nribridge/store"
 	"github.com/knext-dev/knext/internal/nribridge/wiring"

@@ -13,7 +13,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/vishvananda/netlink"
 
-	"github.com/knext-dev/knext/internal/netnstest"
+	"github.com/knext-dev/knext/internal/harness/netnstest"
 	"github.com/knext-dev/knext/internal/nribridge/cluster"
 	"github.com/knext-dev/knext/internal/nribridge/config"
 	"github.com/knext-dev/knext/internal/nribridge/firewall"

@@ -17,7 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/knext-dev/knext/internal/netnstest"
+	"github.com/knext-dev/knext/internal/harness/netnstest"
 	"github.com/knext-dev/knext/internal/nribridge/config"
 	"github.com/knext-dev/knext/internal/nribridge/firewall"
 	"github.com/knext-dev/knext/internal/nribridge/store"

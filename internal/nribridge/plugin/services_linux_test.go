@@ -10,7 +10,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/knext-dev/knext/internal/netnstest"
+	"github.com/knext-dev/knext/internal/harness/netnstest"
 	"github.com/knext-dev/knext/internal/nribridge/wiring"
 )
 

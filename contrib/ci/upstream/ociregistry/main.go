@@ -1,35 +1,34 @@
-// Command ociregistry serves OCI image-layout archives as a read-only registry over HTTPS.
+// Command ociregistry serves OCI image-layout archives as a read-only registry over HTTPS
+// (package internal/harness/registry).
 //
 // A few of containerd's upstream integration tests pull an image by name instead of expecting it
 // in the image store: they pull through the containerd client, or start a containerd with a
 // default config whose sandbox image is registry.k8s.io/pause. No registry is reachable from CI,
-// so cri-integration.sh runs this server inside the test's private network namespace, points
-// the registry host names at it through a private /etc/hosts, and lets the tests trust the
-// throwaway certificate written to -ca-file through SSL_CERT_FILE.
+// so cri-integration-upstream.sh runs this server inside the test's private network namespace,
+// points the registry host names at it through a private /etc/hosts, and lets the tests trust
+// the throwaway CA written to -ca-file through SSL_CERT_FILE.
 //
 // Usage:
 //
 //	ociregistry -listen 127.0.0.1:443 -ca-file ca.pem \
 //	    -alias registry.k8s.io/pause:3.10.2=knext.local/pause:3.10 pause.tar busybox.tar
 //
-// Every image of an archive is served under the name in its io.containerd.image.name annotation
-// (package contrib/images/registry).
+// Every image of an archive is served under the name in its io.containerd.image.name
+// annotation. The CA file is written once the server listens: its presence means "ready".
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
-	"github.com/knext-dev/knext/contrib/images/registry"
+	"github.com/knext-dev/knext/internal/harness/registry"
 )
 
 type aliasFlags []string
@@ -39,7 +38,7 @@ func (a *aliasFlags) Set(v string) error { *a = append(*a, v); return nil }
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:443", "address to serve HTTPS on")
-	caFile := flag.String("ca-file", "", "where to write the PEM certificate clients must trust (required)")
+	caFile := flag.String("ca-file", "", "where to write the PEM certificate of the CA clients must trust (required)")
 	var aliases aliasFlags
 	flag.Var(&aliases, "alias", "NEW=EXISTING: also serve image EXISTING under the name NEW (repeatable)")
 	flag.Parse()
@@ -52,46 +51,27 @@ func main() {
 	}
 }
 
-func run(listen, caFile string, aliases, archives []string) error {
-	reg := registry.New()
-	for _, path := range archives {
-		if err := reg.LoadArchive(path); err != nil {
-			return err
-		}
-	}
-	for _, alias := range aliases {
+func run(listen, caFile string, aliasFlags, archives []string) error {
+	aliases := map[string]string{}
+	for _, alias := range aliasFlags {
 		name, existing, ok := strings.Cut(alias, "=")
 		if !ok {
 			return fmt.Errorf("alias %q is not NEW=EXISTING", alias)
 		}
-		if err := reg.AddAlias(name, existing); err != nil {
-			return err
+		if _, twice := aliases[name]; twice {
+			return fmt.Errorf("alias %s is given twice", name)
 		}
+		aliases[name] = existing
 	}
-	hosts := reg.Hosts()
-	tlsConfig, certPEM, err := selfSignedTLS(hosts)
+	srv, err := registry.Serve(registry.Options{Listen: listen, Archives: archives, Aliases: aliases, Log: log.Default()})
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		return err
+	if err := os.WriteFile(caFile, srv.CACert, 0o644); err != nil {
+		return errors.Join(err, srv.Close())
 	}
-	// Written only once the listener exists: the file's presence means "ready".
-	if err := os.WriteFile(caFile, certPEM, 0o644); err != nil {
-		return err
-	}
-	log.Printf("ociregistry: serving %s on %s for hosts %v", strings.Join(reg.Names(), " "), listen, hosts)
-
-	srv := &http.Server{Handler: reg, TLSConfig: tlsConfig, ErrorLog: log.Default(), ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	go func() {
-		<-ctx.Done()
-		srv.Close()
-	}()
-	if err := srv.ServeTLS(ln, "", ""); err != http.ErrServerClosed {
-		return err
-	}
-	return nil
+	<-ctx.Done()
+	return srv.Close()
 }
