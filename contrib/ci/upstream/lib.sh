@@ -23,3 +23,13 @@ tree_dir() {
 require_root() {
 	[ "$(id -u)" -eq 0 ] || die "$1 must run as root: $2"
 }
+
+# upstream_module_dir NAME -> the pristine source of upstream module NAME at its pinned version,
+# in the Go module cache (read-only).
+upstream_module_dir() {
+	local dir
+	dir=$(cd "$KNEXT_ROOT" && GOWORK=off GOFLAGS=-mod=mod go mod download -json "$(module_path "$1")@$(pinned_version "$1")" |
+		sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+	[ -n "$dir" ] || die "cannot download $(module_path "$1")@$(pinned_version "$1") from the Go module proxy"
+	echo "$dir"
+}

@@ -51,7 +51,8 @@ const (
 	SandboxImage = "registry.k8s.io/pause:3.10"
 )
 
-// passwd and group are those of the busybox image critest's tests were written against.
+// passwd and group are those of the busybox image critest's and containerd's tests were written
+// against.
 const (
 	passwd = `root:x:0:0:root:/root:/bin/sh
 daemon:x:1:1:daemon:/usr/sbin:/bin/false
@@ -127,7 +128,7 @@ wait "$pid"
 
 // Images returns every image critest pulls, but DigestPinnedImage, with all its references.
 func Images(in Inputs) ([]testimages.Image, error) {
-	base, err := baseLayer(in.Busybox)
+	base, err := BusyboxLayer(in.Busybox)
 	if err != nil {
 		return nil, err
 	}
@@ -257,8 +258,10 @@ func shadow(passwd string) string {
 	return b.String()
 }
 
-// baseLayer returns the busybox root file system the images build on.
-func baseLayer(busybox string) (testimages.Layer, error) {
+// BusyboxLayer returns the root file system of the busybox image (docker.io/library/busybox) as
+// the CRI test suites expect it, made of busybox, a dynamically linked busybox: the base of
+// critest's images and of those of containerd's CRI integration tests.
+func BusyboxLayer(busybox string) (testimages.Layer, error) {
 	binary, err := os.ReadFile(busybox)
 	if err != nil {
 		return nil, fmt.Errorf("critest images: %w", err)

@@ -102,7 +102,7 @@ func TestImagesCoverCritestReferences(t *testing.T) {
 }
 
 func TestBaseLayerHasHardLinkedAppletsAndLibraries(t *testing.T) {
-	base, err := baseLayer(inputs(t).Busybox)
+	base, err := BusyboxLayer(inputs(t).Busybox)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestBaseLayerRuns(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("chroot needs root")
 	}
-	base, err := baseLayer(inputs(t).Busybox)
+	base, err := BusyboxLayer(inputs(t).Busybox)
 	if err != nil {
 		t.Fatal(err)
 	}

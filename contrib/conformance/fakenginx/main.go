@@ -5,7 +5,9 @@
 // pidof), and shows "nginx: master process ..." as its command line (/proc/<pid>/cmdline).
 //
 // It listens on $NGINX_LISTEN (default ":80") and exits 0 on SIGTERM, SIGINT or SIGQUIT (as PID 1
-// of a container it would otherwise ignore them).
+// of a container it would otherwise ignore them). Like nginx, whose image links its error log to
+// /dev/stderr, it opens /dev/stderr by path to log that it starts its workers: containerd's
+// TestIssue10598 checks that a container in a user namespace can.
 package main
 
 import (
@@ -56,6 +58,12 @@ func main() {
 		<-ctx.Done()
 		srv.Close()
 	}()
+	errorLog, err := os.OpenFile("/dev/stderr", os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		log.Fatalf("fakenginx: error log: %v", err)
+	}
+	fmt.Fprintf(errorLog, "%s [notice] %d#%d: start worker processes\n", time.Now().Format("2006/01/02 15:04:05"), os.Getpid(), os.Getpid())
+	errorLog.Close()
 	log.Printf("fakenginx: serving on %s", listen)
 	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
 		log.Fatalf("fakenginx: %v", err)

@@ -51,6 +51,9 @@ type Options struct {
 	// Aliases serve, under each key (host/repository:tag), the image of the archives its value
 	// names.
 	Aliases map[string]string
+	// Sites are other hosts the server stands for, each served by its handler (a release
+	// download site, say): the certificate covers them too.
+	Sites map[string]http.Handler
 	// Log receives a line per request.
 	Log *log.Logger
 }
@@ -69,6 +72,7 @@ func Serve(opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
+	r.sites = opts.Sites
 	srv, err := r.serveTLS(opts.Listen)
 	if err != nil {
 		return nil, err
@@ -81,6 +85,7 @@ func Serve(opts Options) (*Server, error) {
 // aliases before serving.
 type registry struct {
 	store http.Handler
+	sites map[string]http.Handler
 	log   *log.Logger
 	tags  []name.Tag
 }
@@ -211,8 +216,8 @@ func (r *registry) names() []string {
 	return names
 }
 
-// hosts returns the registry hosts of the served images, sorted: the names the certificate
-// covers, or the hosts that need a hosts.toml.
+// hosts returns the registry hosts of the served images, sorted: the hosts that need a
+// hosts.toml.
 func (r *registry) hosts() []string {
 	var hosts []string
 	for _, tag := range r.tags {
@@ -223,8 +228,13 @@ func (r *registry) hosts() []string {
 }
 
 // ServeHTTP serves the pull side of the distribution API (GET and HEAD of /v2/, manifests by
-// tag or digest, blobs) for the registry host the request names.
+// tag or digest, blobs) for the registry host the request names, and the other sites.
 func (r *registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if site, ok := r.sites[requestHost(req)]; ok {
+		r.log.Printf("%s %s%s", req.Method, req.Host, req.URL)
+		site.ServeHTTP(w, req)
+		return
+	}
 	if req.Method != http.MethodGet && req.Method != http.MethodHead {
 		r.log.Printf("%s %s: refused, the registry is read-only", req.Method, req.URL)
 		w.Header().Set("Content-Type", "application/json")
@@ -277,7 +287,7 @@ func (r *registry) serveTLS(listen string) (*Server, error) {
 		ips = append(ips, ip)
 	}
 	hosts := r.hosts()
-	tlsConfig, caCert, err := newCertificate(hosts, ips)
+	tlsConfig, caCert, err := newCertificate(slices.Concat(hosts, slices.Sorted(maps.Keys(r.sites))), ips)
 	if err != nil {
 		ln.Close()
 		return nil, err

@@ -280,3 +280,32 @@ func tamper(t *testing.T, archive string) string {
 	}
 	return tampered
 }
+
+// A site is served for its host, over TLS with the same certificate, beside the images.
+func TestServesOtherSites(t *testing.T) {
+	srv, err := Serve(Options{
+		Listen:   "127.0.0.1:0",
+		Archives: []string{writeArchive(t, pauseImage)},
+		Sites: map[string]http.Handler{"downloads.example": http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			io.WriteString(w, "download of "+req.URL.Path)
+		})},
+		Log: log.New(t.Output(), "", 0),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	c := client(t, srv)
+	resp, err := c.Get("https://downloads.example/release.tar.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(body) != "download of /release.tar.gz" {
+		t.Errorf("GET of the site: %d %q", resp.StatusCode, body)
+	}
+	if _, err := remote.Head(name.MustParseReference(pauseName), remote.WithTransport(c.Transport)); err != nil {
+		t.Errorf("the images are still served beside the site: %v", err)
+	}
+}

@@ -4,17 +4,20 @@
 // A few of containerd's upstream integration tests pull an image by name instead of expecting it
 // in the image store: they pull through the containerd client, or start a containerd with a
 // default config whose sandbox image is registry.k8s.io/pause. No registry is reachable from CI,
-// so cri-integration-upstream.sh runs this server inside the test's private network namespace,
+// so cri-integration.sh runs this server inside the test's private network namespace,
 // points the registry host names at it through a private /etc/hosts, and lets the tests trust
 // the throwaway CA written to -ca-file through SSL_CERT_FILE.
 //
 // Usage:
 //
 //	ociregistry -listen 127.0.0.1:443 -ca-file ca.pem \
-//	    -alias registry.k8s.io/pause:3.10.2=knext.local/pause:3.10 pause.tar busybox.tar
+//	    -alias registry.k8s.io/pause:3.10.2=knext.local/pause:3.10 \
+//	    [-github-releases DIR] pause.tar busybox.tar
 //
 // Every image of an archive is served under the name in its io.containerd.image.name
-// annotation. The CA file is written once the server listens: its presence means "ready".
+// annotation. With -github-releases it also stands for github.com, serving the containerd release
+// tarballs of DIR and their tags (package githubreleases) to upstream's release-upgrade tests. The
+// CA file is written once the server listens: its presence means "ready".
 package main
 
 import (
@@ -23,11 +26,13 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 
+	"github.com/knext-dev/knext/contrib/ci/upstream/githubreleases"
 	"github.com/knext-dev/knext/internal/harness/registry"
 )
 
@@ -41,17 +46,18 @@ func main() {
 	caFile := flag.String("ca-file", "", "where to write the PEM certificate of the CA clients must trust (required)")
 	var aliases aliasFlags
 	flag.Var(&aliases, "alias", "NEW=EXISTING: also serve image EXISTING under the name NEW (repeatable)")
+	releases := flag.String("github-releases", "", "directory of containerd release tarballs to serve as github.com")
 	flag.Parse()
 	if *caFile == "" || flag.NArg() == 0 {
-		fmt.Fprintln(os.Stderr, "usage: ociregistry -ca-file FILE [-listen ADDR] [-alias NEW=EXISTING]... ARCHIVE...")
+		fmt.Fprintln(os.Stderr, "usage: ociregistry -ca-file FILE [-listen ADDR] [-alias NEW=EXISTING]... [-github-releases DIR] ARCHIVE...")
 		os.Exit(2)
 	}
-	if err := run(*listen, *caFile, aliases, flag.Args()); err != nil {
+	if err := run(*listen, *caFile, *releases, aliases, flag.Args()); err != nil {
 		log.Fatalf("ociregistry: %v", err)
 	}
 }
 
-func run(listen, caFile string, aliasFlags, archives []string) error {
+func run(listen, caFile, releases string, aliasFlags, archives []string) error {
 	aliases := map[string]string{}
 	for _, alias := range aliasFlags {
 		name, existing, ok := strings.Cut(alias, "=")
@@ -63,7 +69,15 @@ func run(listen, caFile string, aliasFlags, archives []string) error {
 		}
 		aliases[name] = existing
 	}
-	srv, err := registry.Serve(registry.Options{Listen: listen, Archives: archives, Aliases: aliases, Log: log.Default()})
+	sites := map[string]http.Handler{}
+	if releases != "" {
+		handler, err := githubreleases.Handler(releases)
+		if err != nil {
+			return err
+		}
+		sites["github.com"] = handler
+	}
+	srv, err := registry.Serve(registry.Options{Listen: listen, Archives: archives, Aliases: aliases, Sites: sites, Log: log.Default()})
 	if err != nil {
 		return err
 	}

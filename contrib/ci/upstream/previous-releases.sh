@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# previous-releases.sh OUT_DIR: builds each containerd release of ./previous-releases from the Go
+# module proxy, as the release tarball upstream's upgrade tests download
+# (OUT_DIR/containerd-<version without v>-linux-<arch>.tar.gz: bin/containerd,
+# bin/containerd-shim-runc-v2 and, for 1.x, bin/containerd-shim-runc-v1). A tarball that exists is
+# not built again: a release never changes. Prints the tarballs' paths, one a line, and writes
+# OUT_DIR/sandbox-images: each release's default sandbox image, which a containerd the tests start
+# with a config of their own pulls.
+#
+# bin/containerd is a wrapper (named containerd, so that pkill and pidof see it as the tests
+# expect) that runs the release's daemon, bin/real/containerd, with a copy of the test's config
+# plus restrict_oom_score_adj: without CAP_SYS_RESOURCE, as on knext's machines, runc cannot give
+# the pause container the daemon's default oom_score_adj. Config version 2 (1.x and 2.0) replaces a
+# whole plugin table with an imported one, so the wrapper appends instead of importing.
+set -euo pipefail
+source "$(dirname "$0")/../../build/lib.sh"
+[ $# -eq 1 ] || die "usage: $0 OUT_DIR"
+mkdir -p "$1"
+out=$(cd "$1" && pwd)
+arch=$(go env GOARCH)
+
+wrapper() {
+	cat <<'SH'
+#!/bin/sh
+# Runs the release's containerd with the caller's config plus restrict_oom_score_adj (see
+# knext's contrib/ci/upstream/previous-releases.sh).
+set -eu
+real=$(dirname "$0")/real/containerd
+config= i=0 n=$#
+while [ $i -lt $n ]; do
+	arg=$1 && shift && i=$((i + 1))
+	case $arg in
+	--config | -c) config=$1 && shift && i=$((i + 1)) ;;
+	--config=*) config=${arg#*=} ;;
+	*) set -- "$@" "$arg" ;;
+	esac
+done
+[ -n "$config" ] || exec "$real" "$@"
+wrapped=$(mktemp "${TMPDIR:-/tmp}/previous-release-config.XXXXXX")
+cat "$config" >"$wrapped"
+printf '\n[plugins."io.containerd.grpc.v1.cri"]\n  restrict_oom_score_adj = true\n' >>"$wrapped"
+exec "$real" --config "$wrapped" "$@"
+SH
+}
+
+sandbox_images=$out/sandbox-images
+: >"$sandbox_images.tmp"
+stage=
+trap 'rm -rf "$stage" "$sandbox_images.tmp" "$out/.containerd.tmp"' EXIT
+for version in $(grep -v '^#' "$KNEXT_ROOT/contrib/ci/upstream/previous-releases"); do
+	tarball=$out/containerd-${version#v}-linux-$arch.tar.gz
+	if [ ! -f "$tarball" ]; then
+		module=github.com/containerd/containerd
+		shims=(containerd-shim-runc-v2 containerd-shim-runc-v1)
+		if [[ $version != v1.* ]]; then
+			module=$module/${version%%.*}
+			shims=(containerd-shim-runc-v2)
+		fi
+		dir=$(GOWORK=off GOFLAGS=-mod=mod go mod download -json "$module@$version" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+		[ -n "$dir" ] || die "cannot download $module@$version from the Go module proxy"
+		echo "building containerd $version from $dir" >&2
+		stage=$(mktemp -d "$out/.stage.XXXXXX")
+		ldflags="-s -w -X $module/version.Version=$version -X $module/version.Package=github.com/containerd/containerd"
+		# As upstream's release builds: no man pages in the daemon, shims static and without gRPC;
+		# no btrfs (its headers are not installed, and no test uses it). Some releases' module
+		# source carries a vendor directory: the module cache has what it vendors.
+		export GOWORK=off GOFLAGS="-buildvcs=false -mod=mod"
+		go build -C "$dir" -trimpath -tags "urfave_cli_no_docs no_btrfs" \
+			-ldflags "$ldflags" -o "$stage/bin/real/containerd" ./cmd/containerd
+		for shim in "${shims[@]}"; do
+			CGO_ENABLED=0 go build -C "$dir" -trimpath -tags "urfave_cli_no_docs no_grpc no_btrfs" \
+				-ldflags "$ldflags" -o "$stage/bin/$shim" "./cmd/$shim"
+		done
+		wrapper >"$stage/bin/containerd"
+		chmod 755 "$stage/bin/containerd"
+		tar -C "$stage" -czf "$tarball.tmp" --owner=0 --group=0 bin
+		mv "$tarball.tmp" "$tarball"
+		rm -rf "$stage"
+	fi
+	# 1.x: sandbox_image = "..."; 2.x: sandbox = '...' (pinned_images).
+	tar -xzOf "$tarball" bin/real/containerd >"$out/.containerd.tmp"
+	chmod 755 "$out/.containerd.tmp"
+	"$out/.containerd.tmp" config default | sed -n "s/^ *sandbox\(_image\)\? = [\"']\([^\"']*\)[\"']\$/\2/p" >>"$sandbox_images.tmp"
+	rm -f "$out/.containerd.tmp"
+	echo "$tarball"
+done
+sort -u "$sandbox_images.tmp" >"$sandbox_images" && rm -f "$sandbox_images.tmp"
