@@ -287,7 +287,7 @@ func TestRunPodSandboxAnswerAndStatusAnswerMerge(t *testing.T) {
 	if err == nil {
 		t.Fatal("RunPodSandbox succeeded with a status answer in conflict with a RunPodSandbox answer")
 	}
-	wantErrorNaming(t, err, "NRI plugin 20-reporter reported its IPs at RunPodSandbox", "plugin 10-status reports 10.77.0.3, plugin 20-reporter reports 10.99.0.8")
+	wantErrorNaming(t, err, "a live answer conflicts with the one NRI plugin 20-reporter gave at RunPodSandbox", "plugin 10-status reports 10.77.0.3, plugin 20-reporter reports 10.99.0.8")
 	pods, err := h.Runtime.ListPodSandbox(ctx, &criruntime.ListPodSandboxRequest{})
 	if err != nil {
 		t.Fatal(err)
