@@ -61,7 +61,10 @@ KNEXT_TEST_FIGURES=$figures run_suite kubelet-e2e go test -race -count=1 -json -
 figures=$logs/cluster-figures.txt
 KNEXT_TEST_FIGURES=$figures run_suite cluster-e2e go test -race -count=1 -json -timeout 40m -run '^TestCluster$' ./integration
 [ -s "$figures" ] && sed 's/^/    /' "$figures"
-run_suite cri-integration-upstream contrib/ci/upstream/cri-integration-upstream.sh
+# containerd's own CRI integration tests against knext and upstream containerd, side by side: the
+# two columns, every difference and every skip with its reason follow the suite's row.
+run_suite cri-integration contrib/ci/upstream/cri-integration-compare.sh
+[ -s "$logs/cri-integration-compare.txt" ] && sed 's/^/    /' "$logs/cri-integration-compare.txt"
 
 echo
 echo "=== summary"

@@ -80,10 +80,11 @@ inside() {
 	while read -r name _; do controllers[$name]=1; done < <(tail -n +2 /proc/cgroups)
 
 	mount -t tmpfs -o mode=755 knext-run /run
-	# Every parent of TMPDIR must be readable by others: TestPodUserNS checks it.
 	mkdir -p "$ns" && mount -t tmpfs -o mode=755 knext-scratch "$ns"
-	mkdir -p "$ns/tmp" && chmod 1777 "$ns/tmp"
-	export TMPDIR=$ns/tmp
+	# The tests put containerd's sockets in their temporary directories, whose names hold the
+	# test's: the directory must be as short as upstream's /tmp, for a socket path's 108 bytes.
+	mount -t tmpfs -o mode=1777 knext-tmp /tmp
+	export TMPDIR=/tmp
 
 	# This cgroup namespace is rooted at the subtree the outer script created; mounting the
 	# hierarchies again makes runc and containerd see (and create cgroups in) only that subtree.
@@ -258,8 +259,8 @@ done
 [ -x "$BUILD_DIR/bin/ctr" ] || die "$BUILD_DIR/bin/ctr is missing: run 'make build'"
 
 mkdir -p "$CRI_LOG_DIR" && rm -rf "${CRI_LOG_DIR:?}"/*
-work=$(mktemp -d "${TMPDIR:-/tmp}/knext-cri-integration.XXXXXX")
-chmod 755 "$work"
+# Not in /tmp, which the namespaces have a tmpfs of their own on.
+work=$(mktemp -d "$BUILD_DIR/cri-integration.XXXXXX")
 bin=$work/bin
 cgroup_name=knext-cri-integration-$$
 cgroup_dirs=()
