@@ -33,9 +33,9 @@ func docMain(args []string) error {
 	}
 	keys := configKeys(r.Configurations)
 	plots := map[string][]byte{
-		"status.svg": barChart("PodSandboxStatus p50, ms (log scale)", true, keys, r.statusColumns(variants[:2], false)),
+		"status.svg": barChart("PodSandboxStatus p50, ms (log scale)", true, keys, r.p50Columns(statusFigures(variants[:2]), " p50 ms", "%.3f", false)),
 		"lifecycle.svg": barChart("Pod start (RunPodSandbox) and removal (StopPodSandbox + RemovePodSandbox) p50, ms", false,
-			keys, r.lifecycleColumns(false)),
+			keys, r.p50Columns(lifecycleFigures(), " ms", "%.1f", false)),
 	}
 	for name, svg := range plots {
 		if err := os.WriteFile(filepath.Join(*out, name), svg, 0o644); err != nil {

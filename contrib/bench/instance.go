@@ -72,9 +72,8 @@ func newInstance(ctx context.Context, s settings, c configuration, pods int) (*i
 		return nil, fmt.Errorf("configuration %s: %w", c.Key, err)
 	}
 	start := time.Now()
-	err = in.startNetwork(ctx)
-	if err == nil {
-		err = in.createPods(ctx, pods)
+	if err = in.startNetwork(ctx); err == nil { // the long-running pods, four at a time
+		in.pods, _, err = in.startPods(ctx, pods, 4, func(i int) string { return fmt.Sprintf("bench-%03d", i) })
 	}
 	if err = errors.Join(err, in.stop()); err != nil {
 		return in, fmt.Errorf("configuration %s: %w\n%s", c.Key, err, in.h.LogTail(20))
@@ -187,16 +186,6 @@ func (in *instance) waitSynchronized(ctx context.Context, p *runningPlugin) erro
 	return nil
 }
 
-// createPods starts the long-running pods, four at a time.
-func (in *instance) createPods(ctx context.Context, n int) (err error) {
-	names := make([]string, n)
-	for i := range names {
-		names[i] = fmt.Sprintf("bench-%03d", i)
-	}
-	in.pods, _, err = in.startPods(ctx, names, 4)
-	return err
-}
-
 // forEach calls fn(0..n-1), width at a time, and returns the first error.
 func forEach(n, width int, fn func(i int) error) error {
 	var g errgroup.Group
@@ -237,15 +226,15 @@ func (in *instance) checkPods(ctx context.Context, ids []string) error {
 	return forEach(len(ids), stormWidth, func(i int) error { return in.checkPod(ctx, ids[i]) })
 }
 
-// startPods starts a pod of each name, width at a time; it returns their IDs and the time of each
-// RunPodSandbox in ms.
-func (in *instance) startPods(ctx context.Context, names []string, width int) (ids []string, ms []float64, err error) {
-	ids, ms = make([]string, len(names)), make([]float64, len(names))
-	err = forEach(len(names), width, func(i int) error {
+// startPods starts n pods, named by name, width at a time; it returns their IDs and the time of
+// each RunPodSandbox in ms.
+func (in *instance) startPods(ctx context.Context, n, width int, name func(i int) string) (ids []string, ms []float64, err error) {
+	ids, ms = make([]string, n), make([]float64, n)
+	err = forEach(n, width, func(i int) error {
 		start := time.Now()
-		resp, err := in.h.Runtime.RunPodSandbox(ctx, &criruntime.RunPodSandboxRequest{Config: in.h.PodConfig(names[i])})
+		resp, err := in.h.Runtime.RunPodSandbox(ctx, &criruntime.RunPodSandboxRequest{Config: in.h.PodConfig(name(i))})
 		if err != nil {
-			return fmt.Errorf("run pod %s: %w", names[i], err)
+			return fmt.Errorf("run pod %s: %w", name(i), err)
 		}
 		ids[i], ms[i] = resp.PodSandboxId, msSince(start)
 		return nil
@@ -271,40 +260,32 @@ func (in *instance) removePods(ctx context.Context, ids []string, width int) ([]
 
 func msSince(t time.Time) float64 { return float64(time.Since(t).Nanoseconds()) / 1e6 }
 
-// loadResult is what load measured: the latency of every successful call in ms.
-type loadResult struct {
-	ms         []float64
-	errors     int
-	firstError error
-}
-
-// load calls call from width workers, each with its own sequence number, until deadline or until
-// ctx ends.
-func load(ctx context.Context, width int, deadline time.Time, call func(ctx context.Context, i int) error) loadResult {
-	latencies := make([][]float64, width)
-	var failed atomic.Int64
-	var first atomic.Value
+// load calls call from width workers, each with its own sequence number, for d or until ctx ends.
+// It returns the latency of every successful call in ms and the seconds it took; any failed call
+// fails it.
+func load(ctx context.Context, width int, d time.Duration, call func(ctx context.Context, i int) error) ([]float64, float64, error) {
+	latencies, failures := make([][]float64, width), make([][]error, width)
 	var next atomic.Int64
 	var wg sync.WaitGroup
+	start := time.Now()
 	for w := range width {
 		wg.Go(func() {
-			for ctx.Err() == nil && time.Now().Before(deadline) {
-				start := time.Now()
-				if err := call(ctx, int(next.Add(1)-1)); err != nil {
-					if ctx.Err() == nil {
-						failed.Add(1)
-						first.CompareAndSwap(nil, err)
-					}
-					continue
+			for ctx.Err() == nil && time.Since(start) < d {
+				t := time.Now()
+				if err := call(ctx, int(next.Add(1)-1)); err == nil {
+					latencies[w] = append(latencies[w], msSince(t))
+				} else if ctx.Err() == nil {
+					failures[w] = append(failures[w], err)
 				}
-				latencies[w] = append(latencies[w], msSince(start))
 			}
 		})
 	}
 	wg.Wait()
-	r := loadResult{ms: slices.Concat(latencies...), errors: int(failed.Load())}
-	r.firstError, _ = first.Load().(error)
-	return r
+	ms, errs, err := slices.Concat(latencies...), slices.Concat(failures...), ctx.Err()
+	if len(errs) > 0 {
+		err = fmt.Errorf("%d of %d calls failed, first: %w", len(errs), len(errs)+len(ms), errs[0])
+	}
+	return ms, time.Since(start).Seconds(), err
 }
 
 // statusCall queries the long-running pods' status round robin.

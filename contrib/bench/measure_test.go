@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -93,14 +94,16 @@ func TestBusyShareLeavesIdleAndIOWaitOut(t *testing.T) {
 
 func TestLoadRecordsEveryCallUntilItsDeadline(t *testing.T) {
 	failure := errors.New("odd call")
-	r := load(t.Context(), 4, time.Now().Add(20*time.Millisecond), func(_ context.Context, i int) error {
+	ms, seconds, err := load(t.Context(), 4, 20*time.Millisecond, func(_ context.Context, i int) error {
 		if i%2 == 1 {
 			return failure
 		}
 		return nil
 	})
-	if len(r.ms) == 0 || r.errors == 0 || !errors.Is(r.firstError, failure) || len(r.ms)-r.errors > 4 || r.errors-len(r.ms) > 4 {
-		t.Errorf("load = %d calls, %d errors (%v); want as many of each, give or take a worker's last call", len(r.ms), r.errors, r.firstError)
+	var failed, calls int
+	if _, scanErr := fmt.Sscanf(fmt.Sprint(err), "%d of %d calls failed", &failed, &calls); scanErr != nil || !errors.Is(err, failure) ||
+		len(ms) == 0 || calls != failed+len(ms) || len(ms)-failed > 4 || failed-len(ms) > 4 || seconds < 0.02 {
+		t.Errorf("load = %d calls in %.3f s, error %v; want as many failed, give or take a worker's last call", len(ms), seconds, err)
 	}
 }
 

@@ -163,25 +163,13 @@ func (p *PairRun) settle(ctx context.Context, phase string) error {
 	return nil
 }
 
-// timers reads each side's NRI and CNI histograms.
-func (p *PairRun) timers(ctx context.Context) ([2]timers, error) {
-	var t [2]timers
-	var err error
-	for side, in := range p.sides {
-		if t[side], err = fetchTimers(ctx, in.metrics); err != nil {
-			return t, err
-		}
-	}
-	return t, nil
-}
-
 func (p *PairRun) measureStatus(ctx context.Context) error {
 	for k := range 2 { // untimed: cold caches and connections after the start
 		in := p.sides[sideOf(k, p.Round)]
 		if err := in.checkPods(ctx, in.pods); err != nil {
 			return err
 		}
-		if _, _, err := loadFor(ctx, stormWidth, 500*time.Millisecond, in.statusCall(false)); err != nil {
+		if _, _, err := load(ctx, stormWidth, 500*time.Millisecond, in.statusCall(false)); err != nil {
 			return fmt.Errorf("(%s) warm-up: %w", in.c.Key, err)
 		}
 	}
@@ -208,8 +196,7 @@ func (p *PairRun) measureStatus(ctx context.Context) error {
 	}
 	if other.c.Storm {
 		for k := range 2 {
-			side := sideOf(k, p.Round)
-			if err := p.storm(ctx, side); err != nil {
+			if err := p.storm(ctx, sideOf(k, p.Round)); err != nil {
 				return err
 			}
 		}
@@ -228,7 +215,7 @@ func (p *PairRun) statusVariant(ctx context.Context, v variant) (StatusSample, e
 	calls, err := p.sides[1].pluginCallsDuring(ctx, func() error {
 		for k := range 2 * max(1, int(p.sides[0].s.Duration/pairSlice)) {
 			side := sideOf(k, p.Round)
-			r, s, err := loadFor(ctx, v.Concurrency, pairSlice, p.sides[side].statusCall(v.Verbose))
+			r, s, err := load(ctx, v.Concurrency, pairSlice, p.sides[side].statusCall(v.Verbose))
 			if err != nil {
 				return fmt.Errorf("(%s) %s: %w", p.sides[side].c.Key, v, err)
 			}
@@ -246,17 +233,6 @@ func (p *PairRun) statusVariant(ctx context.Context, v variant) (StatusSample, e
 	log.Printf("bench:   status %-11s (upstream) p50 %.3f ms, (%s) p50 %.3f ms, plugin calls per query %.2f", v,
 		sample.Sides[0].P50Ms, p.Config, sample.Sides[1].P50Ms, sample.Sides[1].PluginCalls)
 	return sample, nil
-}
-
-// loadFor runs a load for d; any failed call fails the load.
-func loadFor(ctx context.Context, width int, d time.Duration, call func(context.Context, int) error) ([]float64, float64, error) {
-	start := time.Now()
-	r := load(ctx, width, start.Add(d), call)
-	err := ctx.Err()
-	if err == nil && r.errors > 0 {
-		err = fmt.Errorf("%d of %d calls failed, first: %w", r.errors, r.errors+len(r.ms), r.firstError)
-	}
-	return r.ms, time.Since(start).Seconds(), err
 }
 
 func summarize(ms []float64, seconds float64) Load {
@@ -277,7 +253,7 @@ func (p *PairRun) measurePing(ctx context.Context, width int) error {
 	if err := p.settle(ctx, fmt.Sprintf("round trip c%d", width)); err != nil {
 		return err
 	}
-	ms, seconds, err := loadFor(ctx, width, p.sides[1].s.Duration, func(ctx context.Context, _ int) error { return ping.Ping(ctx, client) })
+	ms, seconds, err := load(ctx, width, p.sides[1].s.Duration, func(ctx context.Context, _ int) error { return ping.Ping(ctx, client) })
 	if err != nil {
 		return fmt.Errorf("round trip c%d: %w", width, err)
 	}
@@ -318,8 +294,7 @@ func (p *PairRun) measureBursts(ctx context.Context) error {
 		return nil
 	})
 	if err == nil {
-		perBurst := *calls / float64(bursts*len(in.plugins))
-		p.BurstCalls = &perBurst
+		p.BurstCalls = new(*calls / float64(bursts*len(in.plugins)))
 	}
 	return err
 }
@@ -374,17 +349,16 @@ func (p *PairRun) storm(ctx context.Context, side int) error {
 		return err
 	}
 	stormCtx, stopStorm := context.WithCancel(ctx)
-	done := make(chan loadResult)
-	go func() { done <- load(stormCtx, stormWidth, time.Now().Add(time.Hour), in.statusCall(false)) }()
+	stormErr := make(chan error)
+	go func() {
+		_, _, err := load(stormCtx, stormWidth, time.Hour, in.statusCall(false))
+		stormErr <- err
+	}()
 	time.Sleep(200 * time.Millisecond) // the storm at full width
-	var names []string
-	for i := range stormPods {
-		names = append(names, fmt.Sprintf("storm-%d-%d", p.Round, i))
-	}
-	ids, runMs, err := in.startPods(ctx, names, 1)
+	ids, runMs, err := in.startPods(ctx, stormPods, 1, func(i int) string { return fmt.Sprintf("storm-%d-%d", p.Round, i) })
 	stopStorm()
-	if status := <-done; status.errors > 0 {
-		err = errors.Join(err, fmt.Errorf("(%s) storm: %d status errors, first: %w", in.c.Key, status.errors, status.firstError))
+	if statusErr := <-stormErr; statusErr != nil && !errors.Is(statusErr, context.Canceled) {
+		err = errors.Join(err, fmt.Errorf("(%s) storm: %w", in.c.Key, statusErr))
 	}
 	if err == nil { // else the instance's Close removes them
 		_, err = in.removePods(ctx, ids, 1)
@@ -404,27 +378,29 @@ func (p *PairRun) measureLifecycle(ctx context.Context, width int) error {
 		if err := p.settle(ctx, fmt.Sprintf("lifecycle c%d %s", width, name)); err != nil {
 			return err
 		}
-		before, err := p.timers(ctx)
-		if err != nil {
-			return err
+		var before [2]timers
+		for side, in := range p.sides {
+			var err error
+			if before[side], err = fetchTimers(ctx, in.metrics); err != nil {
+				return err
+			}
 		}
 		for k := range 2 * ((n + width - 1) / width) {
 			if err := batch(sideOf(k, p.Round), k/2*width, min(n, (k/2+1)*width)); err != nil {
 				return err // the instance's Close removes what is left
 			}
 		}
-		after, err := p.timers(ctx)
-		for side := range 2 {
-			samples[side].Timers = append(samples[side].Timers, after[side].since(before[side])...)
+		for side, in := range p.sides {
+			after, err := fetchTimers(ctx, in.metrics)
+			if err != nil {
+				return err
+			}
+			samples[side].Timers = append(samples[side].Timers, after.since(before[side])...)
 		}
-		return err
+		return nil
 	}
 	err := phase("start", func(side, from, to int) error {
-		var names []string
-		for i := from; i < to; i++ {
-			names = append(names, fmt.Sprintf("life-r%d-c%d-%03d", p.Round, width, i))
-		}
-		batchIDs, ms, err := p.sides[side].startPods(ctx, names, width)
+		batchIDs, ms, err := p.sides[side].startPods(ctx, to-from, width, func(i int) string { return fmt.Sprintf("life-r%d-c%d-%03d", p.Round, width, from+i) })
 		ids[side], samples[side].RunMs = append(ids[side], batchIDs...), append(samples[side].RunMs, ms...)
 		return err
 	})

@@ -109,15 +109,15 @@ func TestTablesShowEveryMeasuredConfiguration(t *testing.T) {
 }
 
 func TestScaleRatiosPairTheRounds(t *testing.T) {
-	r := &report{Scale: []ScaleSample{
+	samples := []ScaleSample{
 		{Config: cfgUpstream, Round: 1, SweepMs: 100}, {Config: cfgUpstream, Round: 2, SweepMs: 200},
 		{Config: cfgOnePlugin, Round: 1, SweepMs: 150}, {Config: cfgOnePlugin, Round: 2, SweepMs: 500},
-	}}
-	sweep := func(s ScaleSample) float64 { return s.SweepMs }
-	if got := spread(r.scaleValues(cfgOnePlugin, sweep, true)); got.Min != 1.5 || got.Max != 2.5 {
+	}
+	sweep := roundColumns(samples, func(s ScaleSample) (string, int) { return s.Config, s.Round })("", "", func(s ScaleSample) float64 { return s.SweepMs })
+	if got := spread(sweep.figure(cfgOnePlugin, true)); got.Min != 1.5 || got.Max != 2.5 {
 		t.Errorf("sweep ratios = %+v, want 1.5 and 2.5", got)
 	}
-	if got := r.scaleValues(cfgUpstream, sweep, true); got != nil {
+	if got := sweep.figure(cfgUpstream, true); got != nil {
 		t.Errorf("upstream's ratio to itself = %v, want none", got)
 	}
 }
@@ -136,7 +136,7 @@ func TestFillRegionsReplacesEveryRegion(t *testing.T) {
 func TestBarChartIsAnSVGWithABarPerFigure(t *testing.T) {
 	r := testReport()
 	for _, logScale := range []bool{false, true} {
-		svg := barChart("p50", logScale, configKeys(r.Configurations), r.statusColumns(variants[:1], false))
+		svg := barChart("p50", logScale, configKeys(r.Configurations), r.p50Columns(statusFigures(variants[:1]), " p50 ms", "%.3f", false))
 		var doc struct {
 			Rects []struct{} `xml:"rect"`
 		}
