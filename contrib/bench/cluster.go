@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -189,12 +190,10 @@ func (bc *benchCluster) timers(ctx context.Context) (timers, error) {
 			return nil, err
 		}
 		sum.add(t)
-		raw, err := bc.client.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", n.Name, "proxy", "metrics").Stream(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("kubelet metrics of %s: %w", n.Name, err)
+		raw, err := bc.client.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", n.Name, "proxy", "metrics").DoRaw(ctx)
+		if err == nil {
+			t, err = parseTimers(bytes.NewReader(raw))
 		}
-		t, err = parseTimers(raw)
-		raw.Close()
 		if err != nil {
 			return nil, fmt.Errorf("kubelet metrics of %s: %w", n.Name, err)
 		}
@@ -217,40 +216,32 @@ type rolloutWatch struct {
 
 func (bc *benchCluster) watch() *rolloutWatch {
 	w := &rolloutWatch{stop: make(chan struct{}), ready: map[string]time.Time{}, ips: map[string][]string{}, inSlice: map[string]time.Time{}}
-	on := func(record func(obj any, now time.Time)) cache.ResourceEventHandlerFuncs {
-		handle := func(obj any) {
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			record(obj, time.Now())
-		}
-		return cache.ResourceEventHandlerFuncs{AddFunc: handle, UpdateFunc: func(_, obj any) { handle(obj) }}
-	}
-	factory := informers.NewSharedInformerFactoryWithOptions(bc.client, 0, informers.WithNamespace(clusterNamespace))
-	_, podErr := factory.Core().V1().Pods().Informer().AddEventHandler(on(func(obj any, now time.Time) {
-		pod, ok := obj.(*corev1.Pod)
-		if !ok {
-			return
-		}
-		if _, seen := w.ready[pod.Name]; !seen && len(pod.Status.PodIPs) > 0 && cluster.PodReady(pod) {
-			w.ready[pod.Name] = now
-			for _, ip := range pod.Status.PodIPs {
-				w.ips[pod.Name] = append(w.ips[pod.Name], ip.IP)
+	record := func(obj any) {
+		now := time.Now()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		switch obj := obj.(type) {
+		case *corev1.Pod:
+			if _, seen := w.ready[obj.Name]; !seen && len(obj.Status.PodIPs) > 0 && cluster.PodReady(obj) {
+				w.ready[obj.Name] = now
+				for _, ip := range obj.Status.PodIPs {
+					w.ips[obj.Name] = append(w.ips[obj.Name], ip.IP)
+				}
 			}
-		}
-	}))
-	_, sliceErr := factory.Discovery().V1().EndpointSlices().Informer().AddEventHandler(on(func(obj any, now time.Time) {
-		slice, ok := obj.(*discoveryv1.EndpointSlice)
-		if !ok {
-			return
-		}
-		for _, ep := range slice.Endpoints {
-			for _, ip := range ep.Addresses {
-				if _, seen := w.inSlice[ip]; !seen && (ep.Conditions.Ready == nil || *ep.Conditions.Ready) {
-					w.inSlice[ip] = now
+		case *discoveryv1.EndpointSlice:
+			for _, ep := range obj.Endpoints {
+				for _, ip := range ep.Addresses {
+					if _, seen := w.inSlice[ip]; !seen && (ep.Conditions.Ready == nil || *ep.Conditions.Ready) {
+						w.inSlice[ip] = now
+					}
 				}
 			}
 		}
-	}))
+	}
+	handler := cache.ResourceEventHandlerFuncs{AddFunc: record, UpdateFunc: func(_, obj any) { record(obj) }}
+	factory := informers.NewSharedInformerFactoryWithOptions(bc.client, 0, informers.WithNamespace(clusterNamespace))
+	_, podErr := factory.Core().V1().Pods().Informer().AddEventHandler(handler)
+	_, sliceErr := factory.Discovery().V1().EndpointSlices().Informer().AddEventHandler(handler)
 	if err := errors.Join(podErr, sliceErr); err != nil {
 		log.Printf("bench: cluster watch: %v", err)
 	}

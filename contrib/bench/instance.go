@@ -109,12 +109,6 @@ func rotated[T any](list []T, round int) []T {
 	return slices.Concat(list[k:], list[:k])
 }
 
-// stop stops the network plugins and the daemon.
-func (in *instance) stop() error {
-	err := in.stopNetwork()
-	return errors.Join(err, in.h.Stop())
-}
-
 // startNetwork starts nri-bridge or the status plugins on the running daemon and waits until
 // they are synchronized (and, CNI-less, the network is ready).
 func (in *instance) startNetwork(ctx context.Context) (err error) {
@@ -125,20 +119,18 @@ func (in *instance) startNetwork(ctx context.Context) (err error) {
 	if err := in.launchPlugins(); err != nil {
 		return err
 	}
+	if err := in.waitSynchronized(ctx); err != nil || !in.c.CNILess {
+		return err
+	}
 	var procs []*harness.Process
 	for _, p := range in.plugins {
-		if err := in.waitSynchronized(ctx, p); err != nil {
-			return err
-		}
 		procs = append(procs, p.proc)
 	}
-	if in.c.CNILess {
-		return in.h.WaitNetworkReady(ctx, true, harness.NetworkReadyTimeout, procs...)
-	}
-	return nil
+	return in.h.WaitNetworkReady(ctx, true, harness.NetworkReadyTimeout, procs...)
 }
 
-func (in *instance) stopNetwork() error {
+// stop stops the network plugins and the daemon.
+func (in *instance) stop() error {
 	var errs []error
 	if in.bridge != nil {
 		errs = append(errs, in.bridge.Stop())
@@ -147,7 +139,7 @@ func (in *instance) stopNetwork() error {
 		errs = append(errs, p.proc.Stop())
 	}
 	in.bridge, in.plugins = nil, nil
-	return errors.Join(errs...)
+	return errors.Join(append(errs, in.h.Stop())...)
 }
 
 // launchPlugins starts the status plugins without waiting for them.
@@ -171,17 +163,19 @@ func (in *instance) launchPlugins() error {
 	return nil
 }
 
-// waitSynchronized waits until NRI has synchronized plugin p with the pods.
-func (in *instance) waitSynchronized(ctx context.Context, p *runningPlugin) error {
-	err := harness.Poll(ctx, 30*time.Second, 20*time.Millisecond, func() error {
-		if exited, err := p.proc.Exited(); exited {
-			return harness.Permanent(fmt.Errorf("exited (%v)", err))
+// waitSynchronized waits until NRI has synchronized every status plugin with the pods.
+func (in *instance) waitSynchronized(ctx context.Context) error {
+	for _, p := range in.plugins {
+		err := harness.Poll(ctx, 30*time.Second, 20*time.Millisecond, func() error {
+			if exited, err := p.proc.Exited(); exited {
+				return harness.Permanent(fmt.Errorf("exited (%v)", err))
+			}
+			_, err := os.Stat(p.ready)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("plugin %s-%s: %w\n%s", p.spec.Index, p.spec.Name, err, harness.Tail(p.proc.LogPath, 20, nil))
 		}
-		_, err := os.Stat(p.ready)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("plugin %s-%s: %w\n%s", p.spec.Index, p.spec.Name, err, harness.Tail(p.proc.LogPath, 20, nil))
 	}
 	return nil
 }

@@ -115,13 +115,12 @@ func (in *instance) measureScale(ctx context.Context, round int) (_ ScaleSample,
 		return sample, err
 	}
 	sample.ReadySeconds = time.Since(start).Seconds()
-	exited := in.plugins
-	in.plugins = nil
-	for _, p := range exited {
+	for _, p := range in.plugins { // exited: reaped, to be started again
 		if err := p.proc.Stop(); err != nil {
 			return sample, err
 		}
 	}
+	in.plugins = nil
 	if err := in.launchPlugins(); err != nil {
 		return sample, err
 	}
@@ -129,10 +128,8 @@ func (in *instance) measureScale(ctx context.Context, round int) (_ ScaleSample,
 		return sample, err
 	}
 	sample.AnsweredSeconds = time.Since(start).Seconds()
-	for _, p := range in.plugins { // untimed, before they are stopped
-		if err := in.waitSynchronized(ctx, p); err != nil {
-			return sample, err
-		}
+	if err := in.waitSynchronized(ctx); err != nil { // untimed, before they are stopped
+		return sample, err
 	}
 	log.Printf("bench: scale %s round %d: sweep %.1f ms; restart: CRI after %.2f s, every pod answered after %.2f s",
 		in.c.Key, round, sample.SweepMs, sample.ReadySeconds, sample.AnsweredSeconds)

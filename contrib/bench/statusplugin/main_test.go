@@ -13,8 +13,7 @@ import (
 )
 
 func newTestPlugin(t *testing.T, primary bool, delay time.Duration) *plugin {
-	return &plugin{primary: primary, delay: delay, prefix: netip.MustParseAddr("2001:db8:7::"), ips: map[string]string{},
-		readyFile: filepath.Join(t.TempDir(), "ready")}
+	return &plugin{primary: primary, delay: delay, prefix: netip.MustParseAddr("2001:db8:7::"), readyFile: filepath.Join(t.TempDir(), "ready")}
 }
 
 var ownPrefix = netip.MustParsePrefix("2001:db8:7::/64")
