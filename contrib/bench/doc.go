@@ -106,26 +106,23 @@ func (r *report) runMarkdown(link string) string {
 func barChart(title string, logScale bool, keys []string, cols []column) []byte {
 	const width, left, right, bar, gap, top = 760.0, 170.0, 60.0, 11.0, 10.0, 56.0
 	colours := []string{"#4e79a7", "#f28e2b", "#59a14f", "#e15759"}
-	type group struct {
-		key    string
-		values []float64
-	}
-	var groups []group
+	var names []string
+	var rows [][]float64 // the medians of names[i]
 	lo, hi := math.Inf(1), 0.0
 	for _, key := range keys {
-		g := group{key: key}
+		var row []float64
 		for _, c := range cols {
 			v := 0.0
 			if s := spread(c.values(key)); s != nil {
 				v, lo, hi = s.Median, min(lo, s.Median), max(hi, s.Median)
 			}
-			g.values = append(g.values, v)
+			row = append(row, v)
 		}
-		if slices.ContainsFunc(g.values, func(v float64) bool { return v > 0 }) {
-			groups = append(groups, g)
+		if slices.ContainsFunc(row, func(v float64) bool { return v > 0 }) {
+			names, rows = append(names, key), append(rows, row)
 		}
 	}
-	if len(groups) == 0 { // an empty plot, with an axis all the same
+	if len(rows) == 0 { // an empty plot, with an axis all the same
 		lo, hi = 1, 1
 	}
 	scale, ticks := linearAxis(hi)
@@ -133,7 +130,7 @@ func barChart(title string, logScale bool, keys []string, cols []column) []byte 
 		scale, ticks = logAxis(lo, hi)
 	}
 	plot := width - left - right
-	height := top + float64(len(groups))*(float64(len(cols))*bar+gap) + 30
+	height := top + float64(len(rows))*(float64(len(cols))*bar+gap) + 30
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="11">`+"\n", width, height)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/><text x="10" y="18" font-size="13" font-weight="bold">%s</text>`+"\n", html.EscapeString(title))
@@ -146,9 +143,9 @@ func barChart(title string, logScale bool, keys []string, cols []column) []byte 
 		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" stroke="#ddd"/><text x="%.1f" y="%.0f" text-anchor="middle">%g</text>`+"\n", x, top-6, x, bottom, x, bottom+14, t)
 	}
 	y := top
-	for _, g := range groups {
-		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" text-anchor="end">%s</text>`+"\n", left-8, y+float64(len(cols))*bar/2+4, html.EscapeString(g.key))
-		for i, v := range g.values {
+	for j, row := range rows {
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" text-anchor="end">%s</text>`+"\n", left-8, y+float64(len(cols))*bar/2+4, html.EscapeString(names[j]))
+		for i, v := range row {
 			if v > 0 {
 				w := max(1, scale(v)*plot)
 				label := fmt.Sprintf("%.3g", v)

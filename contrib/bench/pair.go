@@ -244,8 +244,7 @@ func summarize(ms []float64, seconds float64) Load {
 // measurePing makes no-op ttrpc calls to the first plugin's process over one connection, width at
 // a time, for -duration: the floor a status query through NRI cannot go below.
 func (p *PairRun) measurePing(ctx context.Context, width int) error {
-	plugin := p.sides[1].plugins[0]
-	client, err := ping.Dial(ctx, plugin.ping)
+	client, err := ping.Dial(ctx, p.sides[1].plugins[0].ping)
 	if err != nil {
 		return err
 	}
@@ -278,16 +277,12 @@ func (in *instance) pluginCallsDuring(ctx context.Context, fn func() error) (*fl
 	return &calls, err
 }
 
-// measureBursts sends bursts of stormWidth simultaneous queries for one pod.
+// measureBursts sends bursts of stormWidth simultaneous queries for one pod, the first.
 func (p *PairRun) measureBursts(ctx context.Context) error {
 	in := p.sides[1]
-	query := func(int) error {
-		_, err := in.h.Runtime.PodSandboxStatus(ctx, &criruntime.PodSandboxStatusRequest{PodSandboxId: in.pods[0]})
-		return err
-	}
 	calls, err := in.pluginCallsDuring(ctx, func() error {
 		for range bursts {
-			if err := forEach(stormWidth, stormWidth, query); err != nil {
+			if err := forEach(stormWidth, stormWidth, func(int) error { return in.statusCall(false)(ctx, 0) }); err != nil {
 				return fmt.Errorf("burst: %w", err)
 			}
 		}

@@ -150,30 +150,6 @@ func (r *report) pairValues(key string, f figure, toUpstream bool) []float64 {
 	return values
 }
 
-// roundValues returns f of each sample of key, or with toUpstream its ratio to upstream's sample of
-// the same round: the scale and cluster parts measure one configuration at a time.
-func roundValues[S any](samples []S, keyRound func(S) (string, int), key string, f func(S) float64, toUpstream bool) []float64 {
-	base := map[int]float64{}
-	for _, s := range samples {
-		if k, round := keyRound(s); k == cfgUpstream {
-			base[round] = f(s)
-		}
-	}
-	var values []float64
-	for _, s := range samples {
-		k, round := keyRound(s)
-		v, ok := f(s), k == key
-		if toUpstream {
-			v, ok = ratio(v, base[round])
-			ok = ok && k == key && key != cfgUpstream
-		}
-		if ok {
-			values = append(values, v)
-		}
-	}
-	return values
-}
-
 // figure is a figure of a pair run on one side (0 upstream's, 1 the configuration's), if measured.
 type figure = func(run *PairRun, side int) (float64, bool)
 
@@ -262,50 +238,41 @@ func stormFigure(run *PairRun, side int) (float64, bool) {
 	return percentile(run.Storm[side], 0.5), len(run.Storm[side]) > 0
 }
 
-// Target is a limit of a figure in each of its variants (Parts), judged on the median over the
-// rounds, or with Max on every round.
-type Target struct {
-	Name  string
-	Limit float64
-	Max   bool
-	Parts []TargetPart
+// targetPart is a target's figure in one variant, with the A/A pair's beside it.
+type targetPart struct {
+	variant      string
+	measured, aa *Spread
 }
 
-// TargetPart is a target's figure in one variant, with the A/A pair's beside it.
-type TargetPart struct {
-	Variant      string
-	Measured, AA *Spread
-}
-
-func (t Target) status() string {
-	var measured, missed []string
-	for _, p := range t.Parts {
-		if p.Measured == nil {
-			continue
+// targetTable judges each target's figure in each of its variants on the median over the rounds,
+// or, everyRound, on the maximum.
+func (r *report) targetTable() Table {
+	t := Table{ID: "targets", Title: "Targets: per variant, the median over the rounds [min–max], and the A/A pair's",
+		Header: []string{"target", "measured", "A/A: upstream-again", "status"}}
+	add := func(name string, limit float64, everyRound bool, parts ...targetPart) {
+		var measured, aa, missed []string
+		status := "not measured"
+		for _, p := range parts {
+			measured = append(measured, strings.TrimSpace(p.variant+" "+cell(p.measured, "%.2f", true)))
+			if p.aa != nil {
+				aa = append(aa, strings.TrimSpace(p.variant+" "+cell(p.aa, "%.2f", true)))
+			}
+			if p.measured != nil {
+				if status = "met"; everyRound && p.measured.Max > limit || !everyRound && p.measured.Median > limit {
+					missed = append(missed, p.variant)
+				}
+			}
 		}
-		if measured = append(measured, p.Variant); t.Max && p.Measured.Max > t.Limit || !t.Max && p.Measured.Median > t.Limit {
-			missed = append(missed, p.Variant)
+		if len(missed) > 0 {
+			status = strings.TrimSpace("missed " + strings.Join(missed, ", "))
 		}
-	}
-	switch {
-	case len(measured) == 0:
-		return "not measured"
-	case len(missed) > 0:
-		return strings.TrimSpace("missed " + strings.Join(missed, ", "))
-	}
-	return "met"
-}
-
-func (r *report) targets() []Target {
-	var targets []Target
-	add := func(name string, limit float64, parts ...TargetPart) {
-		targets = append(targets, Target{Name: name, Limit: limit, Parts: parts})
+		t.Rows = append(t.Rows, []string{name, strings.Join(measured, "; "), strings.Join(aa, "; "), status})
 	}
 	// paired are key's ratios to upstream in each variant, with the A/A pair's.
-	paired := func(key string, figures ...namedFigure) []TargetPart {
-		var parts []TargetPart
+	paired := func(key string, figures ...namedFigure) []targetPart {
+		var parts []targetPart
 		for _, nf := range figures {
-			parts = append(parts, TargetPart{nf.name, spread(r.pairValues(key, nf.f, true)), spread(r.pairValues(cfgUpstreamAgain, nf.f, true))})
+			parts = append(parts, targetPart{nf.name, spread(r.pairValues(key, nf.f, true)), spread(r.pairValues(cfgUpstreamAgain, nf.f, true))})
 		}
 		return parts
 	}
@@ -322,11 +289,11 @@ func (r *report) targets() []Target {
 		{cfgCNILess, "pod start and removal p50", 0.8, lifecycleFigures()},
 		{cfgSlowPlugin, storm, 1.2, []namedFigure{{"", stormFigure}}},
 	} {
-		add(fmt.Sprintf("(%s) %s ≤ %.2f × (upstream)", l.key, l.figure, l.limit), l.limit, paired(l.key, l.figures...)...)
+		add(fmt.Sprintf("(%s) %s ≤ %.2f × (upstream)", l.key, l.figure, l.limit), l.limit, false, paired(l.key, l.figures...)...)
 	}
 	// No A/A pair: upstream-again has no plugin to make a round trip to.
 	c1, c16 := variants[0], variants[1]
-	add(fmt.Sprintf("(%s) status query beyond upstream's and the raw round trip ≤ 0.20 × (upstream)'s", cfgOnePlugin), 0.2,
+	add(fmt.Sprintf("(%s) status query beyond upstream's and the raw round trip ≤ 0.20 × (upstream)'s", cfgOnePlugin), 0.2, false,
 		paired(cfgOnePlugin, namedFigure{c1.String(), overheadFigure(1)}, namedFigure{c16.String(), overheadFigure(stormWidth)})...)
 	// Across pairs: three plugins against one, each paired with upstream; the slow plugin's
 	// absolute p50 against its delay plus one plugin's, where the delay dominates any drift.
@@ -336,19 +303,19 @@ func (r *report) targets() []Target {
 		}
 		return math.NaN() // no ratio with it is a figure
 	}
-	across := func(name string, num, den float64) TargetPart {
+	across := func(name string, num, den float64) targetPart {
 		if q, ok := ratio(num, den); ok && !math.IsNaN(q) {
-			return TargetPart{Variant: name, Measured: spread([]float64{q})}
+			return targetPart{variant: name, measured: spread([]float64{q})}
 		}
-		return TargetPart{Variant: name}
+		return targetPart{variant: name}
 	}
-	var three, slow []TargetPart
+	var three, slow []targetPart
 	for _, nf := range statusFigures(variants) {
 		three = append(three, across(nf.name, median(cfgThreePlugins, nf.f, true), median(cfgOnePlugin, nf.f, true)))
 		slow = append(slow, across(nf.name, median(cfgSlowPlugin, nf.f, false), float64(slowDelay.Milliseconds())+median(cfgOnePlugin, nf.f, false)))
 	}
-	add(fmt.Sprintf("(%s) PodSandboxStatus p50 ≤ 1.20 × (%s)", cfgThreePlugins, cfgOnePlugin), 1.2, three...)
-	add(fmt.Sprintf("(%s) PodSandboxStatus p50 ≤ 1.20 × (%s + (%s))", cfgSlowPlugin, slowDelay, cfgOnePlugin), 1.2, slow...)
+	add(fmt.Sprintf("(%s) PodSandboxStatus p50 ≤ 1.20 × (%s)", cfgThreePlugins, cfgOnePlugin), 1.2, false, three...)
+	add(fmt.Sprintf("(%s) PodSandboxStatus p50 ≤ 1.20 × (%s + (%s))", cfgSlowPlugin, slowDelay, cfgOnePlugin), 1.2, false, slow...)
 	var eventCalls, burstCalls []float64
 	for _, run := range r.Pairs {
 		if run.EventCalls != nil && run.Events >= 4 { // only where the events did arrive
@@ -358,11 +325,11 @@ func (r *report) targets() []Target {
 			burstCalls = append(burstCalls, *run.BurstCalls)
 		}
 	}
-	targets = append(targets, Target{Name: "plugin calls caused by CRI container events = 0 (C7), every round of every plugin configuration",
-		Max: true, Parts: []TargetPart{{Measured: spread(eventCalls)}}})
+	add("plugin calls caused by CRI container events = 0 (C7), every round of every plugin configuration", 0, true,
+		targetPart{measured: spread(eventCalls)})
 	// The median round: on a loaded machine one of 16 queries now and then arrives after the
 	// shared round trip has ended, and makes a second one.
-	add(fmt.Sprintf("(%s) plugin calls per burst of %d concurrent queries for one pod ≤ 1 (C7)", cfgSlowPlugin, stormWidth), 1,
-		TargetPart{Measured: spread(burstCalls)})
-	return targets
+	add(fmt.Sprintf("(%s) plugin calls per burst of %d concurrent queries for one pod ≤ 1 (C7)", cfgSlowPlugin, stormWidth), 1, false,
+		targetPart{measured: spread(burstCalls)})
+	return t
 }

@@ -1,11 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log"
-	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -74,9 +74,7 @@ func (in *instance) waitAnswered(ctx context.Context) error {
 		var last error
 		pending = slices.DeleteFunc(pending, func(id string) bool {
 			err := in.checkPod(ctx, id)
-			if err != nil {
-				last = err
-			}
+			last = cmp.Or(err, last)
 			return err == nil
 		})
 		return last
@@ -168,9 +166,6 @@ func (in *instance) persistedBytes() (PersistedBytes, error) {
 }
 
 func readBolt(path string, fn func(*bolt.Tx) error) error {
-	if _, err := os.Stat(path); err != nil {
-		return err
-	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: 5 * time.Second})
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)

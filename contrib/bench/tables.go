@@ -33,12 +33,29 @@ func (r *report) pairColumn(header, format string, f figure) column {
 	return column{header: header, format: format, figure: func(key string, toUpstream bool) []float64 { return r.pairValues(key, f, toUpstream) }}
 }
 
-// roundColumns makes columns of the samples of the parts that measure one configuration at a
-// time, paired with upstream's sample of the same round.
+// roundColumns makes columns of the parts that measure one configuration at a time (scale,
+// cluster): a sample's ratio is to upstream's sample of the same round.
 func roundColumns[S any](samples []S, keyRound func(S) (string, int)) func(header, format string, f func(S) float64) column {
 	return func(header, format string, f func(S) float64) column {
 		return column{header: header, format: format, figure: func(key string, toUpstream bool) []float64 {
-			return roundValues(samples, keyRound, key, f, toUpstream)
+			base := map[int]float64{}
+			for _, s := range samples {
+				if k, round := keyRound(s); k == cfgUpstream {
+					base[round] = f(s)
+				}
+			}
+			var values []float64
+			for _, s := range samples {
+				k, round := keyRound(s)
+				switch q, ok := ratio(f(s), base[round]); {
+				case k != key:
+				case !toUpstream:
+					values = append(values, f(s))
+				case ok && key != cfgUpstream:
+					values = append(values, q)
+				}
+			}
+			return values
 		}}
 	}
 }
@@ -206,22 +223,6 @@ func (r *report) stepsTable(keys []string) Table {
 			}
 			t.Rows = append(t.Rows, row)
 		}
-	}
-	return t
-}
-
-func (r *report) targetTable() Table {
-	t := Table{ID: "targets", Title: "Targets: per variant, the median over the rounds [min–max], and the A/A pair's",
-		Header: []string{"target", "measured", "A/A: upstream-again", "status"}}
-	for _, target := range r.targets() {
-		var measured, aa []string
-		for _, p := range target.Parts {
-			measured = append(measured, strings.TrimSpace(p.Variant+" "+cell(p.Measured, "%.2f", true)))
-			if p.AA != nil {
-				aa = append(aa, strings.TrimSpace(p.Variant+" "+cell(p.AA, "%.2f", true)))
-			}
-		}
-		t.Rows = append(t.Rows, []string{target.Name, strings.Join(measured, "; "), strings.Join(aa, "; "), target.status()})
 	}
 	return t
 }
