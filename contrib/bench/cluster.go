@@ -119,7 +119,7 @@ func newBenchCluster(ctx context.Context, runtime string) (*benchCluster, error)
 }
 
 // rollout creates the Deployment, measures it until every pod is Ready and in the Service's
-// EndpointSlices, and deletes it again.
+// EndpointSlices, deletes it again and waits until its pods are gone.
 func (bc *benchCluster) rollout(ctx context.Context, pods, round int) (*ClusterRun, error) {
 	before, err := bc.timers(ctx)
 	if err != nil {
@@ -164,15 +164,10 @@ func (bc *benchCluster) rollout(ctx context.Context, pods, round int) (*ClusterR
 	}
 	log.Printf("bench: cluster %s round %d: pods Ready p50 %.0f ms, p99 %.0f ms; in the endpoints p50 %.0f ms after; network %.1f ms of RunPodSandbox %.1f ms",
 		bc.runtime, round, run.StartP50Ms, run.StartP99Ms, run.EndpointP50Ms, run.NetworkMs, run.RunPodSandboxMs)
-	return run, bc.remove(ctx)
-}
-
-// remove deletes the Deployment and waits until its pods are gone.
-func (bc *benchCluster) remove(ctx context.Context) error {
 	if err := bc.client.AppsV1().Deployments(clusterNamespace).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
-		return err
+		return nil, err
 	}
-	return harness.Poll(ctx, 5*time.Minute, time.Second, func() error {
+	return run, harness.Poll(ctx, 5*time.Minute, time.Second, func() error {
 		pods, err := bc.client.CoreV1().Pods(clusterNamespace).List(ctx, metav1.ListOptions{})
 		if err == nil && len(pods.Items) > 0 {
 			err = fmt.Errorf("%d pods of the Deployment left", len(pods.Items))

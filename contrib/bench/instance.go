@@ -43,47 +43,10 @@ type runningPlugin struct {
 	prefix netip.Prefix
 }
 
-// newInstance creates configuration c's instance with pods running pods, its daemon stopped.
-// Every instance has the same generated configuration (a CNI network of bridge, host-local,
-// portmap and loopback, NRI, a metrics endpoint) but for disable_cni. It returns the instance
-// also on error, for the caller to close.
-func newInstance(ctx context.Context, s settings, c configuration, pods int) (*instance, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	address := l.Addr().String()
-	l.Close()
-	opts := harness.Options{Containerd: s.Knext, Logf: log.Printf, CNIPortMappings: true,
-		ExtraConfig: fmt.Sprintf("[plugins.'io.containerd.server.v1.metrics']\naddress = %q\n", address)}
-	if c.Upstream {
-		opts.Containerd = s.Upstream
-	}
-	if c.CNILess {
-		network := "" // the status plugin makes the network ready
-		if c.bridged() {
-			network = harness.NRIBridgePlugin
-		}
-		opts.ExtraConfig += harness.CNILessConfig(network)
-		opts.SkipNetworkReadyWait = true
-	}
-	in := &instance{s: s, c: c, metrics: "http://" + address + "/v1/metrics"}
-	if in.h, err = harness.New(ctx, opts); err != nil {
-		return nil, fmt.Errorf("configuration %s: %w", c.Key, err)
-	}
-	start := time.Now()
-	if err = in.startNetwork(ctx); err == nil { // the long-running pods, four at a time
-		in.pods, _, err = in.startPods(ctx, pods, 4, func(i int) string { return fmt.Sprintf("bench-%03d", i) })
-	}
-	if err = errors.Join(err, in.stop()); err != nil {
-		return in, fmt.Errorf("configuration %s: %w\n%s", c.Key, err, in.h.LogTail(20))
-	}
-	log.Printf("bench: configuration %s: %d pods after %s", c.Key, pods, time.Since(start).Round(time.Millisecond))
-	return in, nil
-}
-
-// withInstances creates an instance of each configuration with pods pods, runs fn on them, and
-// removes them, also after an error.
+// withInstances creates an instance of each configuration with pods running pods, its daemon
+// stopped, runs fn on them, and removes them, also after an error. Every instance has the same
+// generated configuration (a CNI network of bridge, host-local, portmap and loopback, NRI, a
+// metrics endpoint) but for disable_cni.
 func withInstances(ctx context.Context, s settings, configs []configuration, pods int, fn func([]*instance) error) (err error) {
 	var instances []*instance
 	defer func() {
@@ -92,13 +55,38 @@ func withInstances(ctx context.Context, s settings, configs []configuration, pod
 		}
 	}()
 	for _, c := range configs {
-		in, err := newInstance(ctx, s, c, pods)
-		if in != nil {
-			instances = append(instances, in)
-		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return err
 		}
+		address := l.Addr().String()
+		l.Close()
+		opts := harness.Options{Containerd: s.Knext, Logf: log.Printf, CNIPortMappings: true,
+			ExtraConfig: fmt.Sprintf("[plugins.'io.containerd.server.v1.metrics']\naddress = %q\n", address)}
+		if c.Upstream {
+			opts.Containerd = s.Upstream
+		}
+		if c.CNILess {
+			network := "" // the status plugin makes the network ready
+			if c.bridged() {
+				network = harness.NRIBridgePlugin
+			}
+			opts.ExtraConfig += harness.CNILessConfig(network)
+			opts.SkipNetworkReadyWait = true
+		}
+		in := &instance{s: s, c: c, metrics: "http://" + address + "/v1/metrics"}
+		if in.h, err = harness.New(ctx, opts); err != nil {
+			return fmt.Errorf("configuration %s: %w", c.Key, err)
+		}
+		instances = append(instances, in)
+		start := time.Now()
+		if err = in.startNetwork(ctx); err == nil { // the long-running pods, four at a time
+			in.pods, _, err = in.startPods(ctx, pods, 4, func(i int) string { return fmt.Sprintf("bench-%03d", i) })
+		}
+		if err = errors.Join(err, in.stop()); err != nil {
+			return fmt.Errorf("configuration %s: %w\n%s", c.Key, err, in.h.LogTail(20))
+		}
+		log.Printf("bench: configuration %s: %d pods after %s", c.Key, pods, time.Since(start).Round(time.Millisecond))
 	}
 	return fn(instances)
 }

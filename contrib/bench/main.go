@@ -150,8 +150,7 @@ func main() {
 	}
 }
 
-func configKeys(configs []configuration) []string {
-	var keys []string
+func configKeys(configs []configuration) (keys []string) {
 	for _, c := range configs {
 		keys = append(keys, c.Key)
 	}

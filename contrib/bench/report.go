@@ -122,13 +122,7 @@ func (r *report) sidesOf(key string) ([]*PairRun, int) {
 	if key == cfgUpstream {
 		return r.Pairs, 0
 	}
-	var runs []*PairRun
-	for _, run := range r.Pairs {
-		if run.Config == key {
-			runs = append(runs, run)
-		}
-	}
-	return runs, 1
+	return slices.DeleteFunc(slices.Clone(r.Pairs), func(run *PairRun) bool { return run.Config != key }), 1
 }
 
 // pairValues returns figure f of configuration key over its runs, or with toUpstream each run's
@@ -171,8 +165,7 @@ func statusFigure(v variant, field func(Load) float64) figure {
 
 func p50(l Load) float64 { return l.P50Ms }
 
-func statusFigures(vs []variant) []namedFigure {
-	var figures []namedFigure
+func statusFigures(vs []variant) (figures []namedFigure) {
 	for _, v := range vs {
 		figures = append(figures, namedFigure{v.String(), statusFigure(v, p50)})
 	}
@@ -181,8 +174,7 @@ func statusFigures(vs []variant) []namedFigure {
 
 // lifecycleFigures are the p50 of RunPodSandbox, then of StopPodSandbox + RemovePodSandbox, at
 // each concurrency.
-func lifecycleFigures() []namedFigure {
-	var figures []namedFigure
+func lifecycleFigures() (figures []namedFigure) {
 	for _, call := range []string{"RunPodSandbox", "Stop+Remove"} {
 		for _, width := range lifecycleWidths {
 			figures = append(figures, namedFigure{fmt.Sprintf("%s c%d", call, width), func(run *PairRun, side int) (float64, bool) {

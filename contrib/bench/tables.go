@@ -73,10 +73,12 @@ func cell(s *Spread, format string, withRange bool) string {
 // configTable has a row for each configuration of keys with any figure.
 func configTable(id, title string, keys []string, cols ...column) Table {
 	t := Table{ID: id, Title: title, Header: []string{"configuration"}}
+	var previous func(key string, toUpstream bool) []float64
 	for i, c := range cols {
 		if c.figure == nil { // timesUpstream
-			cols[i].figure = cols[i-1].figure
+			cols[i].figure = previous
 		}
+		previous = cols[i].figure
 		t.Header = append(t.Header, c.header)
 	}
 	for _, key := range keys {
@@ -93,22 +95,18 @@ func configTable(id, title string, keys []string, cols ...column) Table {
 }
 
 func (t Table) markdown() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s\n\n", t.Title)
 	if len(t.Rows) == 0 {
-		b.WriteString("(not measured in this run)\n")
-		return b.String()
+		return t.Title + "\n\n(not measured in this run)\n"
 	}
-	b.WriteString("| " + strings.Join(t.Header, " | ") + " |\n|" + strings.Repeat(" --- |", len(t.Header)) + "\n")
+	lines := []string{t.Title, "", "| " + strings.Join(t.Header, " | ") + " |", "|" + strings.Repeat(" --- |", len(t.Header))}
 	for _, row := range t.Rows {
-		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
+		lines = append(lines, "| "+strings.Join(row, " | ")+" |")
 	}
-	return b.String()
+	return strings.Join(lines, "\n") + "\n"
 }
 
 // p50Columns are a column of each figure, with its ratio to upstream's when ratios is set.
-func (r *report) p50Columns(figures []namedFigure, unit, format string, ratios bool) []column {
-	var cols []column
+func (r *report) p50Columns(figures []namedFigure, unit, format string, ratios bool) (cols []column) {
 	for _, nf := range figures {
 		cols = append(cols, r.pairColumn(nf.name+unit, format, nf.f))
 		if ratios {
