@@ -142,10 +142,10 @@ func (bc *benchCluster) rollout(ctx context.Context, pods, round int) (*ClusterR
 	if _, err := bc.client.AppsV1().Deployments(clusterNamespace).Create(ctx, deployment, metav1.CreateOptions{}); err != nil {
 		return nil, err
 	}
-	if err := w.wait(ctx, pods); err != nil {
+	starts, endpoints, err := w.wait(ctx, pods)
+	if err != nil {
 		return nil, err
 	}
-	starts, endpoints := w.figures()
 	after, err := bc.timers(ctx)
 	if err != nil {
 		return nil, err
@@ -245,41 +245,30 @@ func (bc *benchCluster) watch() *rolloutWatch {
 	return w
 }
 
-// wait returns once that many pods are Ready and every IP of theirs is in an EndpointSlice; the times
-// are the informers', not the polls'.
-func (w *rolloutWatch) wait(ctx context.Context, pods int) error {
-	return harness.Poll(ctx, 5*time.Minute, 100*time.Millisecond, func() error {
+// wait waits until that many pods are Ready and every IP of theirs is in an EndpointSlice, and
+// returns each pod's start and endpoint propagation (Ready until its last IP is in an
+// EndpointSlice) in ms: the informers' times, not the polls'.
+func (w *rolloutWatch) wait(ctx context.Context, pods int) (starts, endpoints []float64, err error) {
+	err = harness.Poll(ctx, 5*time.Minute, 100*time.Millisecond, func() error {
 		w.mu.Lock()
 		defer w.mu.Unlock()
+		starts, endpoints = nil, nil
 		missing := 0
-		for _, ips := range w.ips {
-			for _, ip := range ips {
-				if _, seen := w.inSlice[ip]; !seen {
+		for name, ready := range w.ready {
+			last := ready
+			for _, ip := range w.ips[name] {
+				if t, seen := w.inSlice[ip]; !seen {
 					missing++
+				} else if t.After(last) {
+					last = t
 				}
 			}
+			starts, endpoints = append(starts, msBetween(w.start, ready)), append(endpoints, msBetween(ready, last))
 		}
 		if len(w.ready) < pods || missing > 0 {
 			return fmt.Errorf("%d of %d pods Ready, %d of their IPs not in the EndpointSlices", len(w.ready), pods, missing)
 		}
 		return nil
 	})
-}
-
-// figures returns each pod's start and endpoint propagation (Ready until its last IP is in an
-// EndpointSlice), in ms.
-func (w *rolloutWatch) figures() (starts, endpoints []float64) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for name, ready := range w.ready {
-		starts = append(starts, float64(ready.Sub(w.start).Nanoseconds())/1e6)
-		last := ready
-		for _, ip := range w.ips[name] {
-			if t := w.inSlice[ip]; t.After(last) {
-				last = t
-			}
-		}
-		endpoints = append(endpoints, float64(last.Sub(ready).Nanoseconds())/1e6)
-	}
-	return starts, endpoints
+	return starts, endpoints, err
 }

@@ -12,9 +12,8 @@ import (
 	"strings"
 )
 
-// docMain is `knext-bench doc`: it writes the tables of a report into the page's regions, the
-// plots next to it, and the report itself there, so that every figure of the page comes from the
-// committed report.
+// docMain is `knext-bench doc`: the tables of a report into the page's regions, the plots and the
+// report itself next to it, so that every figure of the page comes from the committed report.
 func docMain(args []string) error {
 	fs := flag.NewFlagSet("doc", flag.ExitOnError)
 	reportPath := fs.String("report", "build/bench/report.json", "the bench's report")

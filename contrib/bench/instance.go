@@ -240,11 +240,12 @@ func (in *instance) removePods(ctx context.Context, ids []string, width int) ([]
 	return ms, err
 }
 
-func msSince(t time.Time) float64 { return float64(time.Since(t).Nanoseconds()) / 1e6 }
+func msSince(t time.Time) float64 { return msBetween(t, time.Now()) }
 
-// load calls call from width workers, each with its own sequence number, for d or until ctx ends.
-// It returns the latency of every successful call in ms and the seconds it took; any failed call
-// fails it.
+func msBetween(from, to time.Time) float64 { return float64(to.Sub(from).Nanoseconds()) / 1e6 }
+
+// load calls call from width workers, each with its own sequence number, for d or until ctx ends:
+// the latency of every successful call in ms and the seconds it took; a failed call fails it.
 func load(ctx context.Context, width int, d time.Duration, call func(ctx context.Context, i int) error) ([]float64, float64, error) {
 	latencies, failures := make([][]float64, width), make([][]error, width)
 	var next atomic.Int64

@@ -71,8 +71,7 @@ func newReport(s settings, configs []configuration) *report {
 	return r
 }
 
-// dependencyDifferences lists the modules linked at other versions into the two daemons, but the
-// patched ones (knext's are built from the workspace).
+// dependencyDifferences lists them (knext's patched modules are built from the workspace).
 func dependencyDifferences(upstream, knext string) []string {
 	versions := map[string][2]string{}
 	for side, binary := range []string{upstream, knext} {
@@ -172,8 +171,7 @@ func statusFigures(vs []variant) (figures []namedFigure) {
 	return figures
 }
 
-// lifecycleFigures are the p50 of RunPodSandbox, then of StopPodSandbox + RemovePodSandbox, at
-// each concurrency.
+// lifecycleFigures are the p50 of pod starts, then of removals (Stop+Remove), at each concurrency.
 func lifecycleFigures() (figures []namedFigure) {
 	for _, call := range []string{"RunPodSandbox", "Stop+Remove"} {
 		for _, width := range lifecycleWidths {

@@ -83,42 +83,36 @@ func TestPluginsAreJudgedAgainstOnePlugin(t *testing.T) {
 }
 
 func TestTablesShowEveryMeasuredConfiguration(t *testing.T) {
-	r := testReport()
-	var status, steps Table
-	for _, table := range r.tables() {
-		switch table.ID {
-		case "status":
-			status = table
-		case "steps":
-			steps = table
+	overhead := pair(cfgOnePlugin, 1, [2]float64{0.2, 0.5}, [2]float64{})
+	overhead.Ping = map[int]Load{1: {P50Ms: 0.25}}
+	scale := []ScaleSample{{Config: cfgUpstream, Round: 1, SweepMs: 100}, {Config: cfgUpstream, Round: 2, SweepMs: 200},
+		{Config: cfgOnePlugin, Round: 1, SweepMs: 150}, {Config: cfgOnePlugin, Round: 2, SweepMs: 500}}
+	none := []string{"–", "–", "–", "–", "–", "–"}
+	for _, c := range []struct {
+		r    *report
+		id   string
+		want [][]string
+	}{
+		// upstream: every pair's side 0 (0.1, 0.5, 0.1, 0.1); the others' ratios paired by round, with their range.
+		{testReport(), "status", [][]string{append([]string{"upstream", "0.100", "–"}, none...),
+			append([]string{"knext", "0.110", "1.01 [1.01–1.10]"}, none...), append([]string{"upstream-again", "0.090", "0.90"}, none...)}},
+		// CNI's setup at 2 calls per pod and its median time over the rounds; nothing at c8.
+		{testReport(), "steps", [][]string{{"upstream", "CNI set_up_pod", "2.00", "50.00", "–"},
+			{"knext", "CNI set_up_pod", "2.00", "55.00", "–"}, {"upstream-again", "CNI set_up_pod", "2.00", "50.00", "–"}}},
+		// (0.5 - 0.2 - 0.25) / 0.2; nothing at c16.
+		{&report{Configurations: configurations(), Pairs: []*PairRun{overhead}}, "overhead", [][]string{{cfgOnePlugin, "0.250", "0.25", "–", "–"}}},
+		// A sweep against upstream's of the same round: 1.5 and 2.5; no ratio of upstream to itself.
+		{&report{Scale: scale}, "scale", [][]string{{"upstream", "150.0", "–", "0.000", "0.00", "0.00", "–", "–", "–", "–"},
+			{"knext-1-plugin", "325.0", "2.00 [1.50–2.50]", "0.000", "0.00", "0.00", "–", "–", "–", "–"}}},
+	} {
+		tables := c.r.tables()
+		i := slices.IndexFunc(tables, func(t Table) bool { return t.ID == c.id })
+		if got := tables[i].Rows; !slices.EqualFunc(got, c.want, slices.Equal) {
+			t.Errorf("%s rows = %q, want %q", c.id, got, c.want)
 		}
 	}
-	if len(status.Rows) != 3 || status.Rows[0][0] != cfgUpstream || status.Rows[1][0] != cfgKnext {
-		t.Fatalf("status rows = %v, want upstream, knext and upstream-again", status.Rows)
-	}
-	// upstream: every pair's side 0 (0.1, 0.5, 0.1, 0.1); knext: its ratios with their range.
-	if status.Rows[0][1] != "0.100" || status.Rows[0][2] != "–" || status.Rows[1][2] != "1.01 [1.01–1.10]" {
-		t.Errorf("status rows = %v", status.Rows)
-	}
-	if len(steps.Rows) != 3 || steps.Rows[1][1] != "CNI set_up_pod" || steps.Rows[1][2] != "2.00" || steps.Rows[1][3] != "55.00" {
-		t.Errorf("steps = %v, want CNI set_up_pod of knext at 2 calls per pod, a median of 55 ms", steps.Rows)
-	}
-	if md := status.markdown(); !strings.Contains(md, "| configuration | c1 p50 ms | × upstream |") || !strings.Contains(md, "| knext | 0.110 | 1.01 [1.01–1.10] |") {
+	if md := testReport().tables()[1].markdown(); !strings.Contains(md, "| configuration | c1 p50 ms | × upstream |") || !strings.Contains(md, "| knext | 0.110 | 1.01 [1.01–1.10] |") {
 		t.Errorf("markdown:\n%s", md)
-	}
-}
-
-func TestScaleRatiosPairTheRounds(t *testing.T) {
-	samples := []ScaleSample{
-		{Config: cfgUpstream, Round: 1, SweepMs: 100}, {Config: cfgUpstream, Round: 2, SweepMs: 200},
-		{Config: cfgOnePlugin, Round: 1, SweepMs: 150}, {Config: cfgOnePlugin, Round: 2, SweepMs: 500},
-	}
-	sweep := roundColumns(samples, func(s ScaleSample) (string, int) { return s.Config, s.Round })("", "", func(s ScaleSample) float64 { return s.SweepMs })
-	if got := spread(sweep.figure(cfgOnePlugin, true)); got.Min != 1.5 || got.Max != 2.5 {
-		t.Errorf("sweep ratios = %+v, want 1.5 and 2.5", got)
-	}
-	if got := sweep.figure(cfgUpstream, true); got != nil {
-		t.Errorf("upstream's ratio to itself = %v, want none", got)
 	}
 }
 
@@ -153,17 +147,5 @@ func TestBarChartIsAnSVGWithABarPerFigure(t *testing.T) {
 	}
 	if scale, ticks := logAxis(0.2, 60); len(ticks) != 4 || ticks[0] != 0.1 || scale(1) < 0.333 || scale(1) > 0.334 {
 		t.Errorf("log axis of 0.2..60: ticks %v", ticks)
-	}
-}
-
-func TestOverheadIsTheQueryBeyondUpstreamsAndTheRoundTrip(t *testing.T) {
-	run := pair(cfgOnePlugin, 1, [2]float64{0.2, 0.5}, [2]float64{})
-	run.Ping = map[int]Load{1: {P50Ms: 0.25}}
-	r := &report{Configurations: configurations(), Pairs: []*PairRun{run}}
-	for _, table := range r.tables() {
-		// (0.5 - 0.2 - 0.25) / 0.2; nothing at c16.
-		if want := []string{cfgOnePlugin, "0.250", "0.25", "–", "–"}; table.ID == "overhead" && !slices.Equal(table.Rows[0], want) {
-			t.Errorf("overhead rows = %v, want %v", table.Rows, want)
-		}
 	}
 }

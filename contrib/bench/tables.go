@@ -15,9 +15,8 @@ type Table struct {
 	Rows   [][]string
 }
 
-// column is a column of a table whose rows are configurations: a figure over the rounds of the
-// row's configuration, shown as its median; with ratio, each round's ratio to upstream's, shown
-// with its range.
+// column is a column of a table whose rows are configurations: the median of a figure over the
+// row's rounds; with ratio, of each round's ratio to upstream's, with its range.
 type column struct {
 	header, format string
 	figure         func(key string, toUpstream bool) []float64
@@ -153,12 +152,9 @@ func (r *report) tables() []Table {
 		configTable("overhead", "The raw ttrpc round trip to the status plugin's process, and the query beyond it", keys, overhead...),
 		configTable("calls", "Plugin calls outside the timed queries (C7), and pod starts during a status storm (S3)", keys,
 			r.pairColumn("plugin calls per burst of 16 queries, per plugin", "%.2f", own(func(run *PairRun) *float64 { return run.BurstCalls })),
-			r.pairColumn("container events with the pod IP", "%.0f", own(func(run *PairRun) *float64 {
-				if run.EventCalls == nil {
-					return nil
-				}
-				return new(float64(run.EventsWithIP))
-			})),
+			r.pairColumn("container events with the pod IP", "%.0f", func(run *PairRun, side int) (float64, bool) {
+				return float64(run.EventsWithIP), run.EventCalls != nil && side == 1 // where the events were measured
+			}),
 			r.pairColumn("plugin calls for them", "%.0f", own(func(run *PairRun) *float64 { return run.EventCalls })),
 			r.pairColumn("RunPodSandbox p50 ms during a 16-way status storm", "%.1f", stormFigure), timesUpstream),
 		configTable("lifecycle", "Pod start and removal p50 in ms, and its paired ratio to upstream's", keys,

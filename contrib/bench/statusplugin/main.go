@@ -83,9 +83,8 @@ func (p *plugin) PodSandboxStatus(ctx context.Context, pod *api.PodSandbox) (*ap
 	}
 }
 
-// runReporter reports a pod's IP, as its primary IP, in its RunPodSandbox answer. It has no
-// PodSandboxStatus method (the plugin is a field, not embedded), so the stub does not subscribe
-// it to status queries.
+// runReporter reports a pod's primary IP in its RunPodSandbox answer. Without a PodSandboxStatus
+// method (the plugin is a field, not embedded) the stub does not subscribe it to status queries.
 type runReporter struct{ p *plugin }
 
 func (r runReporter) Synchronize(ctx context.Context, pods []*api.PodSandbox, containers []*api.Container) ([]*api.ContainerUpdate, error) {
