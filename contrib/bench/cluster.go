@@ -109,10 +109,9 @@ func newBenchCluster(ctx context.Context, runtime string) (*benchCluster, error)
 	if _, err := bc.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: clusterNamespace}}, metav1.CreateOptions{}); err != nil {
 		return bc, err
 	}
-	dualStack := corev1.IPFamilyPolicyRequireDualStack
 	_, err = bc.client.CoreV1().Services(clusterNamespace).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"}, IPFamilyPolicy: &dualStack,
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"}, IPFamilyPolicy: new(corev1.IPFamilyPolicyRequireDualStack),
 			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
 	}, metav1.CreateOptions{})
 	return bc, err
@@ -127,14 +126,13 @@ func (bc *benchCluster) rollout(ctx context.Context, pods, round int) (*ClusterR
 	}
 	w := bc.watch()
 	defer close(w.stop)
-	replicas, grace := int32(pods), int64(0)
 	labels := map[string]string{"app": "web"}
 	spread := corev1.TopologySpreadConstraint{MaxSkew: 1, TopologyKey: corev1.LabelHostname,
 		WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: labels}}
 	deployment := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: appsv1.DeploymentSpec{
-		Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels},
+		Replicas: new(int32(pods)), Selector: &metav1.LabelSelector{MatchLabels: labels},
 		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
-			TerminationGracePeriodSeconds: &grace, TopologySpreadConstraints: []corev1.TopologySpreadConstraint{spread},
+			TerminationGracePeriodSeconds: new(int64(0)), TopologySpreadConstraints: []corev1.TopologySpreadConstraint{spread},
 			Containers: []corev1.Container{{Name: "web", Image: bc.image, Args: []string{"serve"}, ImagePullPolicy: corev1.PullIfNotPresent}},
 		}},
 	}}

@@ -224,14 +224,11 @@ func (in *instance) startPods(ctx context.Context, n, width int, name func(i int
 	return ids, ms, err
 }
 
-// removePods stops and removes the pods ("" skipped), width at a time; it returns the time of
-// each StopPodSandbox + RemovePodSandbox in ms.
+// removePods stops and removes the pods, width at a time; it returns the time of each
+// StopPodSandbox + RemovePodSandbox in ms.
 func (in *instance) removePods(ctx context.Context, ids []string, width int) ([]float64, error) {
 	ms := make([]float64, len(ids))
 	err := forEach(len(ids), width, func(i int) error {
-		if ids[i] == "" {
-			return nil
-		}
 		start := time.Now()
 		err := in.h.RemovePod(ctx, ids[i])
 		ms[i] = msSince(start)

@@ -105,7 +105,7 @@ type PairRun struct {
 // runPair measures configuration other against upstream's instance up in round.
 func runPair(ctx context.Context, up, other *instance, round int) (_ *PairRun, err error) {
 	log.Printf("bench: round %d: (%s) against (upstream)", round, other.c.Key)
-	p := &PairRun{Config: other.c.Key, Round: round, sides: [2]*instance{up, other}}
+	p := &PairRun{Config: other.c.Key, Round: round, Ping: map[int]Load{}, sides: [2]*instance{up, other}}
 	for _, in := range p.sides {
 		if err := in.h.Start(ctx); err != nil {
 			return nil, err
@@ -256,9 +256,6 @@ func (p *PairRun) measurePing(ctx context.Context, width int) error {
 	if err != nil {
 		return fmt.Errorf("round trip c%d: %w", width, err)
 	}
-	if p.Ping == nil {
-		p.Ping = map[int]Load{}
-	}
 	p.Ping[width] = summarize(ms, seconds)
 	return nil
 }
@@ -266,15 +263,14 @@ func (p *PairRun) measurePing(ctx context.Context, width int) error {
 // pluginCallsDuring counts the status plugins' PodSandboxStatus calls while fn runs (S8).
 func (in *instance) pluginCallsDuring(ctx context.Context, fn func() error) (*float64, error) {
 	before, err := fetchTimers(ctx, in.metrics)
+	if err == nil {
+		err = fn()
+	}
 	if err != nil {
 		return nil, err
 	}
-	if err := fn(); err != nil {
-		return nil, err
-	}
 	after, err := fetchTimers(ctx, in.metrics)
-	calls := float64(pluginCalls(after.since(before), "PodSandboxStatus"))
-	return &calls, err
+	return new(float64(pluginCalls(after.since(before), "PodSandboxStatus"))), err
 }
 
 // measureBursts sends bursts of stormWidth simultaneous queries for one pod, the first.
@@ -367,7 +363,7 @@ func (p *PairRun) storm(ctx context.Context, side int) error {
 func (p *PairRun) measureLifecycle(ctx context.Context, width int) error {
 	n := p.sides[0].s.LifecyclePods
 	var ids [2][]string
-	var samples [2]LifecycleSample
+	samples := [2]LifecycleSample{{Concurrency: width}, {Concurrency: width}}
 	// phase runs batches of width pods, alternating between the sides, between readings of the timers.
 	phase := func(name string, batch func(side, from, to int) error) error {
 		if err := p.settle(ctx, fmt.Sprintf("lifecycle c%d %s", width, name)); err != nil {
@@ -413,7 +409,6 @@ func (p *PairRun) measureLifecycle(ctx context.Context, width int) error {
 		return err
 	}
 	for side := range 2 {
-		samples[side].Concurrency = width
 		p.Lifecycle[side] = append(p.Lifecycle[side], samples[side])
 	}
 	log.Printf("bench:   lifecycle c%d: RunPodSandbox p50 (upstream) %.1f ms, (%s) %.1f ms; Stop+Remove p50 %.1f ms, %.1f ms", width,

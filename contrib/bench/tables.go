@@ -151,7 +151,7 @@ func (r *report) tables() []Table {
 			load("plugin calls per query", "%.2f", c1, func(l Load) float64 { return l.PluginCalls })),
 		configTable("overhead", "The raw ttrpc round trip to the status plugin's process, and the query beyond it", keys, overhead...),
 		configTable("calls", "Plugin calls outside the timed queries (C7), and pod starts during a status storm (S3)", keys,
-			r.pairColumn("plugin calls per burst of 16 queries, per plugin", "%.2f", own(func(run *PairRun) *float64 { return run.BurstCalls })),
+			r.pairColumn("plugin calls per burst of 16 queries, per plugin", "%.2f", burstFigure),
 			r.pairColumn("container events with the pod IP", "%.0f", func(run *PairRun, side int) (float64, bool) {
 				return float64(run.EventsWithIP), run.EventCalls != nil && side == 1 // where the events were measured
 			}),
@@ -189,23 +189,21 @@ func (r *report) stepsTable(keys []string) Table {
 		Header: []string{"configuration", "step", "calls per pod, c1", "mean ms, c1", "mean ms, c8"}}
 	for _, key := range keys {
 		runs, side := r.sidesOf(key)
-		steps := map[timerKey]*[3][]float64{} // calls per pod at c1, mean ms at c1 and at c8, per round
+		steps := map[timerKey][3][]float64{} // calls per pod at c1, mean ms at c1 and at c8, per round
 		for _, run := range runs {
 			for _, s := range run.Lifecycle[side] {
 				seen := map[timerKey]bool{} // a step's first reading in a sample: of the starts
 				for _, timer := range s.Timers {
 					name := timerKey{timer.Plugin, timer.Operation}
-					if steps[name] == nil {
-						steps[name] = &[3][]float64{}
-					}
-					switch v := steps[name]; {
+					v := steps[name]
+					switch {
 					case seen[name]:
 					case s.Concurrency == 1:
 						v[0], v[1] = append(v[0], float64(timer.Calls)/float64(len(s.RunMs))), append(v[1], timer.MeanMs)
 					case s.Concurrency == 8:
 						v[2] = append(v[2], timer.MeanMs)
 					}
-					seen[name] = true
+					steps[name], seen[name] = v, true
 				}
 			}
 		}
