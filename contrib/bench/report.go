@@ -268,7 +268,6 @@ func (r *report) targetTable() Table {
 		}
 		return parts
 	}
-	storm := "RunPodSandbox p50 during a 16-way status storm"
 	for _, l := range []struct {
 		key, figure string
 		limit       float64
@@ -279,14 +278,13 @@ func (r *report) targetTable() Table {
 		{cfgOnePlugin, "PodSandboxStatus p50", 1.6, statusFigures(variants)},
 		{cfgKnext, "pod start and removal p50", 1.02, lifecycleFigures()},
 		{cfgCNILess, "pod start and removal p50", 0.8, lifecycleFigures()},
-		{cfgSlowPlugin, storm, 1.2, []namedFigure{{"", stormFigure}}},
+		{cfgSlowPlugin, "RunPodSandbox p50 during a 16-way status storm", 1.2, []namedFigure{{"", stormFigure}}},
 	} {
 		add(fmt.Sprintf("(%s) %s ≤ %.2f × (upstream)", l.key, l.figure, l.limit), l.limit, false, paired(l.key, l.figures...)...)
 	}
 	// No A/A pair: upstream-again has no plugin to make a round trip to.
-	c1, c16 := variants[0], variants[1]
 	add(fmt.Sprintf("(%s) status query beyond upstream's and the raw round trip ≤ 0.20 × (upstream)'s", cfgOnePlugin), 0.2, false,
-		paired(cfgOnePlugin, namedFigure{c1.String(), overheadFigure(1)}, namedFigure{c16.String(), overheadFigure(stormWidth)})...)
+		paired(cfgOnePlugin, namedFigure{variants[0].String(), overheadFigure(1)}, namedFigure{variants[1].String(), overheadFigure(stormWidth)})...)
 	// Across pairs: three plugins against one, each paired with upstream; the slow plugin's
 	// absolute p50 against its delay plus one plugin's, where the delay dominates any drift.
 	median := func(key string, f figure, toUpstream bool) float64 {
