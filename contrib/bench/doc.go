@@ -19,9 +19,7 @@ func docMain(args []string) error {
 	reportPath := fs.String("report", "build/bench/report.json", "the bench's report")
 	page := fs.String("page", "docs/performance.md", "the page whose regions <!-- bench:ID --> ... <!-- /bench:ID --> are rewritten")
 	out := fs.String("out", "docs/performance", "where the report and the plots (status.svg, lifecycle.svg) go")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
+	_ = fs.Parse(args) // ExitOnError: a wrong flag exits
 	r, err := readReport(*reportPath)
 	if err != nil {
 		return err
@@ -31,12 +29,11 @@ func docMain(args []string) error {
 		return err
 	}
 	keys := configKeys(r.Configurations)
-	plots := map[string][]byte{
+	for name, svg := range map[string][]byte{
 		"status.svg": barChart("PodSandboxStatus p50, ms (log scale)", true, keys, r.p50Columns(statusFigures(variants[:2]), " p50 ms", "%.3f", false)),
 		"lifecycle.svg": barChart("Pod start (RunPodSandbox) and removal (StopPodSandbox + RemovePodSandbox) p50, ms", false,
 			keys, r.p50Columns(lifecycleFigures(), " ms", "%.1f", false)),
-	}
-	for name, svg := range plots {
+	} {
 		if err := os.WriteFile(filepath.Join(*out, name), svg, 0o644); err != nil {
 			return err
 		}

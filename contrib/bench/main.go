@@ -159,10 +159,9 @@ func configKeys(configs []configuration) (keys []string) {
 
 // check checks the settings and returns the configurations of -configs, upstream first.
 func (s settings) check() ([]configuration, error) {
-	for part := range strings.SplitSeq(s.Benchmarks, ",") {
-		if !slices.Contains([]string{"status", "lifecycle", "scale", "cluster"}, part) {
-			return nil, fmt.Errorf("-benchmarks: unknown part %q", part)
-		}
+	parts := []string{"status", "lifecycle", "scale", "cluster"}
+	if slices.ContainsFunc(strings.Split(s.Benchmarks, ","), func(part string) bool { return !slices.Contains(parts, part) }) {
+		return nil, fmt.Errorf("-benchmarks %q: want any of %s", s.Benchmarks, strings.Join(parts, ", "))
 	}
 	if s.Pods < stormWidth || s.Repeats < 1 || s.Duration <= 0 || s.LifecyclePods < 1 || s.ScalePods < 1 || s.ScaleRepeats < 1 || s.ClusterPods < 1 {
 		return nil, errors.New("-pods must be at least 16; -repeats, -duration and the other counts positive")

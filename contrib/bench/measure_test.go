@@ -59,14 +59,11 @@ containerd_nri_plugin_invocations_total{operation="RunPodSandbox",plugin="10-bri
 `
 
 func TestTimersAreDeltasPerPluginAndOperation(t *testing.T) {
-	before, err := parseTimers(strings.NewReader(metricsText))
-	if err != nil {
-		t.Fatal(err)
-	}
-	after, err := parseTimers(strings.NewReader(strings.NewReplacer(
+	before, beforeErr := parseTimers(strings.NewReader(metricsText))
+	after, afterErr := parseTimers(strings.NewReader(strings.NewReplacer(
 		`plugin="10-bridge"} 0.03`, `plugin="10-bridge"} 0.09`, `plugin="10-bridge"} 4`, `plugin="10-bridge"} 10`,
 		`"set_up_pod"} 0.1`, `"set_up_pod"} 0.3`, `"set_up_pod"} 4`, `"set_up_pod"} 14`).Replace(metricsText)))
-	if err != nil {
+	if err := errors.Join(beforeErr, afterErr); err != nil {
 		t.Fatal(err)
 	}
 	// 6 more calls taking 60 ms, 10 CNI setups taking 200 ms; the status calls unchanged, not listed.

@@ -47,7 +47,7 @@ func roundColumns[S any](samples []S, keyRound func(S) (string, int)) func(heade
 			for _, s := range samples {
 				k, round := keyRound(s)
 				switch q, ok := ratio(f(s), base[round]); {
-				case k != key:
+				case k != key: // another configuration's
 				case !toUpstream:
 					values = append(values, f(s))
 				case ok && key != cfgUpstream:
