@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -108,17 +109,16 @@ func newBenchCluster(ctx context.Context, runtime string) (*benchCluster, error)
 	if _, err := bc.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: clusterNamespace}}, metav1.CreateOptions{}); err != nil {
 		return bc, err
 	}
-	dualStack := corev1.IPFamilyPolicyRequireDualStack
 	_, err = bc.client.CoreV1().Services(clusterNamespace).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"}, IPFamilyPolicy: &dualStack,
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"}, IPFamilyPolicy: new(corev1.IPFamilyPolicyRequireDualStack),
 			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
 	}, metav1.CreateOptions{})
 	return bc, err
 }
 
 // rollout creates the Deployment, measures it until every pod is Ready and in the Service's
-// EndpointSlices, and deletes it again.
+// EndpointSlices, deletes it again and waits until its pods are gone.
 func (bc *benchCluster) rollout(ctx context.Context, pods, round int) (*ClusterRun, error) {
 	before, err := bc.timers(ctx)
 	if err != nil {
@@ -126,14 +126,13 @@ func (bc *benchCluster) rollout(ctx context.Context, pods, round int) (*ClusterR
 	}
 	w := bc.watch()
 	defer close(w.stop)
-	replicas, grace := int32(pods), int64(0)
 	labels := map[string]string{"app": "web"}
 	spread := corev1.TopologySpreadConstraint{MaxSkew: 1, TopologyKey: corev1.LabelHostname,
 		WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: labels}}
 	deployment := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: appsv1.DeploymentSpec{
-		Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels},
+		Replicas: new(int32(pods)), Selector: &metav1.LabelSelector{MatchLabels: labels},
 		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
-			TerminationGracePeriodSeconds: &grace, TopologySpreadConstraints: []corev1.TopologySpreadConstraint{spread},
+			TerminationGracePeriodSeconds: new(int64(0)), TopologySpreadConstraints: []corev1.TopologySpreadConstraint{spread},
 			Containers: []corev1.Container{{Name: "web", Image: bc.image, Args: []string{"serve"}, ImagePullPolicy: corev1.PullIfNotPresent}},
 		}},
 	}}
@@ -141,10 +140,10 @@ func (bc *benchCluster) rollout(ctx context.Context, pods, round int) (*ClusterR
 	if _, err := bc.client.AppsV1().Deployments(clusterNamespace).Create(ctx, deployment, metav1.CreateOptions{}); err != nil {
 		return nil, err
 	}
-	if err := w.wait(ctx, pods); err != nil {
+	starts, endpoints, err := w.wait(ctx, pods)
+	if err != nil {
 		return nil, err
 	}
-	starts, endpoints := w.figures()
 	after, err := bc.timers(ctx)
 	if err != nil {
 		return nil, err
@@ -163,15 +162,10 @@ func (bc *benchCluster) rollout(ctx context.Context, pods, round int) (*ClusterR
 	}
 	log.Printf("bench: cluster %s round %d: pods Ready p50 %.0f ms, p99 %.0f ms; in the endpoints p50 %.0f ms after; network %.1f ms of RunPodSandbox %.1f ms",
 		bc.runtime, round, run.StartP50Ms, run.StartP99Ms, run.EndpointP50Ms, run.NetworkMs, run.RunPodSandboxMs)
-	return run, bc.remove(ctx)
-}
-
-// remove deletes the Deployment and waits until its pods are gone.
-func (bc *benchCluster) remove(ctx context.Context) error {
 	if err := bc.client.AppsV1().Deployments(clusterNamespace).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
-		return err
+		return nil, err
 	}
-	return harness.Poll(ctx, 5*time.Minute, time.Second, func() error {
+	return run, harness.Poll(ctx, 5*time.Minute, time.Second, func() error {
 		pods, err := bc.client.CoreV1().Pods(clusterNamespace).List(ctx, metav1.ListOptions{})
 		if err == nil && len(pods.Items) > 0 {
 			err = fmt.Errorf("%d pods of the Deployment left", len(pods.Items))
@@ -189,12 +183,10 @@ func (bc *benchCluster) timers(ctx context.Context) (timers, error) {
 			return nil, err
 		}
 		sum.add(t)
-		raw, err := bc.client.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", n.Name, "proxy", "metrics").Stream(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("kubelet metrics of %s: %w", n.Name, err)
+		raw, err := bc.client.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", n.Name, "proxy", "metrics").DoRaw(ctx)
+		if err == nil {
+			t, err = parseTimers(bytes.NewReader(raw))
 		}
-		t, err = parseTimers(raw)
-		raw.Close()
 		if err != nil {
 			return nil, fmt.Errorf("kubelet metrics of %s: %w", n.Name, err)
 		}
@@ -217,40 +209,32 @@ type rolloutWatch struct {
 
 func (bc *benchCluster) watch() *rolloutWatch {
 	w := &rolloutWatch{stop: make(chan struct{}), ready: map[string]time.Time{}, ips: map[string][]string{}, inSlice: map[string]time.Time{}}
-	on := func(record func(obj any, now time.Time)) cache.ResourceEventHandlerFuncs {
-		handle := func(obj any) {
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			record(obj, time.Now())
-		}
-		return cache.ResourceEventHandlerFuncs{AddFunc: handle, UpdateFunc: func(_, obj any) { handle(obj) }}
-	}
-	factory := informers.NewSharedInformerFactoryWithOptions(bc.client, 0, informers.WithNamespace(clusterNamespace))
-	_, podErr := factory.Core().V1().Pods().Informer().AddEventHandler(on(func(obj any, now time.Time) {
-		pod, ok := obj.(*corev1.Pod)
-		if !ok {
-			return
-		}
-		if _, seen := w.ready[pod.Name]; !seen && len(pod.Status.PodIPs) > 0 && cluster.PodReady(pod) {
-			w.ready[pod.Name] = now
-			for _, ip := range pod.Status.PodIPs {
-				w.ips[pod.Name] = append(w.ips[pod.Name], ip.IP)
+	record := func(obj any) {
+		now := time.Now()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		switch obj := obj.(type) {
+		case *corev1.Pod:
+			if _, seen := w.ready[obj.Name]; !seen && len(obj.Status.PodIPs) > 0 && cluster.PodReady(obj) {
+				w.ready[obj.Name] = now
+				for _, ip := range obj.Status.PodIPs {
+					w.ips[obj.Name] = append(w.ips[obj.Name], ip.IP)
+				}
 			}
-		}
-	}))
-	_, sliceErr := factory.Discovery().V1().EndpointSlices().Informer().AddEventHandler(on(func(obj any, now time.Time) {
-		slice, ok := obj.(*discoveryv1.EndpointSlice)
-		if !ok {
-			return
-		}
-		for _, ep := range slice.Endpoints {
-			for _, ip := range ep.Addresses {
-				if _, seen := w.inSlice[ip]; !seen && (ep.Conditions.Ready == nil || *ep.Conditions.Ready) {
-					w.inSlice[ip] = now
+		case *discoveryv1.EndpointSlice:
+			for _, ep := range obj.Endpoints {
+				for _, ip := range ep.Addresses {
+					if _, seen := w.inSlice[ip]; !seen && (ep.Conditions.Ready == nil || *ep.Conditions.Ready) {
+						w.inSlice[ip] = now
+					}
 				}
 			}
 		}
-	}))
+	}
+	handler := cache.ResourceEventHandlerFuncs{AddFunc: record, UpdateFunc: func(_, obj any) { record(obj) }}
+	factory := informers.NewSharedInformerFactoryWithOptions(bc.client, 0, informers.WithNamespace(clusterNamespace))
+	_, podErr := factory.Core().V1().Pods().Informer().AddEventHandler(handler)
+	_, sliceErr := factory.Discovery().V1().EndpointSlices().Informer().AddEventHandler(handler)
 	if err := errors.Join(podErr, sliceErr); err != nil {
 		log.Printf("bench: cluster watch: %v", err)
 	}
@@ -259,41 +243,30 @@ func (bc *benchCluster) watch() *rolloutWatch {
 	return w
 }
 
-// wait returns once that many pods are Ready and every IP of theirs is in an EndpointSlice; the times
-// are the informers', not the polls'.
-func (w *rolloutWatch) wait(ctx context.Context, pods int) error {
-	return harness.Poll(ctx, 5*time.Minute, 100*time.Millisecond, func() error {
+// wait waits until that many pods are Ready and every IP of theirs is in an EndpointSlice, and
+// returns each pod's start and endpoint propagation (Ready until its last IP is in an
+// EndpointSlice) in ms: the informers' times, not the polls'.
+func (w *rolloutWatch) wait(ctx context.Context, pods int) (starts, endpoints []float64, err error) {
+	err = harness.Poll(ctx, 5*time.Minute, 100*time.Millisecond, func() error {
 		w.mu.Lock()
 		defer w.mu.Unlock()
+		starts, endpoints = nil, nil
 		missing := 0
-		for _, ips := range w.ips {
-			for _, ip := range ips {
-				if _, seen := w.inSlice[ip]; !seen {
+		for name, ready := range w.ready {
+			last := ready
+			for _, ip := range w.ips[name] {
+				if t, seen := w.inSlice[ip]; !seen {
 					missing++
+				} else if t.After(last) {
+					last = t
 				}
 			}
+			starts, endpoints = append(starts, msBetween(w.start, ready)), append(endpoints, msBetween(ready, last))
 		}
 		if len(w.ready) < pods || missing > 0 {
 			return fmt.Errorf("%d of %d pods Ready, %d of their IPs not in the EndpointSlices", len(w.ready), pods, missing)
 		}
 		return nil
 	})
-}
-
-// figures returns each pod's start and endpoint propagation (Ready until its last IP is in an
-// EndpointSlice), in ms.
-func (w *rolloutWatch) figures() (starts, endpoints []float64) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for name, ready := range w.ready {
-		starts = append(starts, float64(ready.Sub(w.start).Nanoseconds())/1e6)
-		last := ready
-		for _, ip := range w.ips[name] {
-			if t := w.inSlice[ip]; t.After(last) {
-				last = t
-			}
-		}
-		endpoints = append(endpoints, float64(last.Sub(ready).Nanoseconds())/1e6)
-	}
-	return starts, endpoints
+	return starts, endpoints, err
 }

@@ -12,17 +12,14 @@ import (
 	"strings"
 )
 
-// docMain is `knext-bench doc`: it writes the tables of a report into the page's regions, the
-// plots next to it, and the report itself there, so that every figure of the page comes from the
-// committed report.
+// docMain is `knext-bench doc`: the tables of a report into the page's regions, the plots and the
+// report itself next to it, so that every figure of the page comes from the committed report.
 func docMain(args []string) error {
 	fs := flag.NewFlagSet("doc", flag.ExitOnError)
 	reportPath := fs.String("report", "build/bench/report.json", "the bench's report")
 	page := fs.String("page", "docs/performance.md", "the page whose regions <!-- bench:ID --> ... <!-- /bench:ID --> are rewritten")
 	out := fs.String("out", "docs/performance", "where the report and the plots (status.svg, lifecycle.svg) go")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
+	_ = fs.Parse(args) // ExitOnError: a wrong flag exits
 	r, err := readReport(*reportPath)
 	if err != nil {
 		return err
@@ -32,12 +29,11 @@ func docMain(args []string) error {
 		return err
 	}
 	keys := configKeys(r.Configurations)
-	plots := map[string][]byte{
-		"status.svg": barChart("PodSandboxStatus p50, ms (log scale)", true, keys, r.statusColumns(variants[:2], false)),
+	for name, svg := range map[string][]byte{
+		"status.svg": barChart("PodSandboxStatus p50, ms (log scale)", true, keys, r.p50Columns(statusFigures(variants[:2]), " p50 ms", "%.3f", false)),
 		"lifecycle.svg": barChart("Pod start (RunPodSandbox) and removal (StopPodSandbox + RemovePodSandbox) p50, ms", false,
-			keys, r.lifecycleColumns(false)),
-	}
-	for name, svg := range plots {
+			keys, r.p50Columns(lifecycleFigures(), " ms", "%.1f", false)),
+	} {
 		if err := os.WriteFile(filepath.Join(*out, name), svg, 0o644); err != nil {
 			return err
 		}
@@ -106,26 +102,23 @@ func (r *report) runMarkdown(link string) string {
 func barChart(title string, logScale bool, keys []string, cols []column) []byte {
 	const width, left, right, bar, gap, top = 760.0, 170.0, 60.0, 11.0, 10.0, 56.0
 	colours := []string{"#4e79a7", "#f28e2b", "#59a14f", "#e15759"}
-	type group struct {
-		key    string
-		values []float64
-	}
-	var groups []group
+	var names []string
+	var rows [][]float64 // the medians of names[i]
 	lo, hi := math.Inf(1), 0.0
 	for _, key := range keys {
-		g := group{key: key}
+		var row []float64
 		for _, c := range cols {
 			v := 0.0
 			if s := spread(c.values(key)); s != nil {
 				v, lo, hi = s.Median, min(lo, s.Median), max(hi, s.Median)
 			}
-			g.values = append(g.values, v)
+			row = append(row, v)
 		}
-		if slices.ContainsFunc(g.values, func(v float64) bool { return v > 0 }) {
-			groups = append(groups, g)
+		if slices.ContainsFunc(row, func(v float64) bool { return v > 0 }) {
+			names, rows = append(names, key), append(rows, row)
 		}
 	}
-	if len(groups) == 0 { // an empty plot, with an axis all the same
+	if len(rows) == 0 { // an empty plot, with an axis all the same
 		lo, hi = 1, 1
 	}
 	scale, ticks := linearAxis(hi)
@@ -133,7 +126,7 @@ func barChart(title string, logScale bool, keys []string, cols []column) []byte 
 		scale, ticks = logAxis(lo, hi)
 	}
 	plot := width - left - right
-	height := top + float64(len(groups))*(float64(len(cols))*bar+gap) + 30
+	height := top + float64(len(rows))*(float64(len(cols))*bar+gap) + 30
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="11">`+"\n", width, height)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/><text x="10" y="18" font-size="13" font-weight="bold">%s</text>`+"\n", html.EscapeString(title))
@@ -146,9 +139,9 @@ func barChart(title string, logScale bool, keys []string, cols []column) []byte 
 		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" stroke="#ddd"/><text x="%.1f" y="%.0f" text-anchor="middle">%g</text>`+"\n", x, top-6, x, bottom, x, bottom+14, t)
 	}
 	y := top
-	for _, g := range groups {
-		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" text-anchor="end">%s</text>`+"\n", left-8, y+float64(len(cols))*bar/2+4, html.EscapeString(g.key))
-		for i, v := range g.values {
+	for j, row := range rows {
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" text-anchor="end">%s</text>`+"\n", left-8, y+float64(len(cols))*bar/2+4, html.EscapeString(names[j]))
+		for i, v := range row {
 			if v > 0 {
 				w := max(1, scale(v)*plot)
 				label := fmt.Sprintf("%.3g", v)

@@ -43,48 +43,10 @@ type runningPlugin struct {
 	prefix netip.Prefix
 }
 
-// newInstance creates configuration c's instance with pods running pods, its daemon stopped.
-// Every instance has the same generated configuration (a CNI network of bridge, host-local,
-// portmap and loopback, NRI, a metrics endpoint) but for disable_cni. It returns the instance
-// also on error, for the caller to close.
-func newInstance(ctx context.Context, s settings, c configuration, pods int) (*instance, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	address := l.Addr().String()
-	l.Close()
-	opts := harness.Options{Containerd: s.Knext, Logf: log.Printf, CNIPortMappings: true,
-		ExtraConfig: fmt.Sprintf("[plugins.'io.containerd.server.v1.metrics']\naddress = %q\n", address)}
-	if c.Upstream {
-		opts.Containerd = s.Upstream
-	}
-	if c.CNILess {
-		network := "" // the status plugin makes the network ready
-		if c.bridged() {
-			network = harness.NRIBridgePlugin
-		}
-		opts.ExtraConfig += harness.CNILessConfig(network)
-		opts.SkipNetworkReadyWait = true
-	}
-	in := &instance{s: s, c: c, metrics: "http://" + address + "/v1/metrics"}
-	if in.h, err = harness.New(ctx, opts); err != nil {
-		return nil, fmt.Errorf("configuration %s: %w", c.Key, err)
-	}
-	start := time.Now()
-	err = in.startNetwork(ctx)
-	if err == nil {
-		err = in.createPods(ctx, pods)
-	}
-	if err = errors.Join(err, in.stop()); err != nil {
-		return in, fmt.Errorf("configuration %s: %w\n%s", c.Key, err, in.h.LogTail(20))
-	}
-	log.Printf("bench: configuration %s: %d pods after %s", c.Key, pods, time.Since(start).Round(time.Millisecond))
-	return in, nil
-}
-
-// withInstances creates an instance of each configuration with pods pods, runs fn on them, and
-// removes them, also after an error.
+// withInstances creates an instance of each configuration with pods running pods, its daemon
+// stopped, runs fn on them, and removes them, also after an error. Every instance has the same
+// generated configuration (a CNI network of bridge, host-local, portmap and loopback, NRI, a
+// metrics endpoint) but for disable_cni.
 func withInstances(ctx context.Context, s settings, configs []configuration, pods int, fn func([]*instance) error) (err error) {
 	var instances []*instance
 	defer func() {
@@ -93,13 +55,38 @@ func withInstances(ctx context.Context, s settings, configs []configuration, pod
 		}
 	}()
 	for _, c := range configs {
-		in, err := newInstance(ctx, s, c, pods)
-		if in != nil {
-			instances = append(instances, in)
-		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return err
 		}
+		address := l.Addr().String()
+		l.Close()
+		opts := harness.Options{Containerd: s.Knext, Logf: log.Printf, CNIPortMappings: true,
+			ExtraConfig: fmt.Sprintf("[plugins.'io.containerd.server.v1.metrics']\naddress = %q\n", address)}
+		if c.Upstream {
+			opts.Containerd = s.Upstream
+		}
+		if c.CNILess {
+			network := "" // the status plugin makes the network ready
+			if c.bridged() {
+				network = harness.NRIBridgePlugin
+			}
+			opts.ExtraConfig += harness.CNILessConfig(network)
+			opts.SkipNetworkReadyWait = true
+		}
+		in := &instance{s: s, c: c, metrics: "http://" + address + "/v1/metrics"}
+		if in.h, err = harness.New(ctx, opts); err != nil {
+			return fmt.Errorf("configuration %s: %w", c.Key, err)
+		}
+		instances = append(instances, in)
+		start := time.Now()
+		if err = in.startNetwork(ctx); err == nil { // the long-running pods, four at a time
+			in.pods, _, err = in.startPods(ctx, pods, 4, func(i int) string { return fmt.Sprintf("bench-%03d", i) })
+		}
+		if err = errors.Join(err, in.stop()); err != nil {
+			return fmt.Errorf("configuration %s: %w\n%s", c.Key, err, in.h.LogTail(20))
+		}
+		log.Printf("bench: configuration %s: %d pods after %s", c.Key, pods, time.Since(start).Round(time.Millisecond))
 	}
 	return fn(instances)
 }
@@ -108,12 +95,6 @@ func withInstances(ctx context.Context, s settings, configs []configuration, pod
 func rotated[T any](list []T, round int) []T {
 	k := round % len(list)
 	return slices.Concat(list[k:], list[:k])
-}
-
-// stop stops the network plugins and the daemon.
-func (in *instance) stop() error {
-	err := in.stopNetwork()
-	return errors.Join(err, in.h.Stop())
 }
 
 // startNetwork starts nri-bridge or the status plugins on the running daemon and waits until
@@ -126,20 +107,18 @@ func (in *instance) startNetwork(ctx context.Context) (err error) {
 	if err := in.launchPlugins(); err != nil {
 		return err
 	}
+	if err := in.waitSynchronized(ctx); err != nil || !in.c.CNILess {
+		return err
+	}
 	var procs []*harness.Process
 	for _, p := range in.plugins {
-		if err := in.waitSynchronized(ctx, p); err != nil {
-			return err
-		}
 		procs = append(procs, p.proc)
 	}
-	if in.c.CNILess {
-		return in.h.WaitNetworkReady(ctx, true, harness.NetworkReadyTimeout, procs...)
-	}
-	return nil
+	return in.h.WaitNetworkReady(ctx, true, harness.NetworkReadyTimeout, procs...)
 }
 
-func (in *instance) stopNetwork() error {
+// stop stops the network plugins and the daemon.
+func (in *instance) stop() error {
 	var errs []error
 	if in.bridge != nil {
 		errs = append(errs, in.bridge.Stop())
@@ -148,7 +127,7 @@ func (in *instance) stopNetwork() error {
 		errs = append(errs, p.proc.Stop())
 	}
 	in.bridge, in.plugins = nil, nil
-	return errors.Join(errs...)
+	return errors.Join(append(errs, in.h.Stop())...)
 }
 
 // launchPlugins starts the status plugins without waiting for them.
@@ -172,29 +151,21 @@ func (in *instance) launchPlugins() error {
 	return nil
 }
 
-// waitSynchronized waits until NRI has synchronized plugin p with the pods.
-func (in *instance) waitSynchronized(ctx context.Context, p *runningPlugin) error {
-	err := harness.Poll(ctx, 30*time.Second, 20*time.Millisecond, func() error {
-		if exited, err := p.proc.Exited(); exited {
-			return harness.Permanent(fmt.Errorf("exited (%v)", err))
+// waitSynchronized waits until NRI has synchronized every status plugin with the pods.
+func (in *instance) waitSynchronized(ctx context.Context) error {
+	for _, p := range in.plugins {
+		err := harness.Poll(ctx, 30*time.Second, 20*time.Millisecond, func() error {
+			if exited, err := p.proc.Exited(); exited {
+				return harness.Permanent(fmt.Errorf("exited (%v)", err))
+			}
+			_, err := os.Stat(p.ready)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("plugin %s-%s: %w\n%s", p.spec.Index, p.spec.Name, err, harness.Tail(p.proc.LogPath, 20, nil))
 		}
-		_, err := os.Stat(p.ready)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("plugin %s-%s: %w\n%s", p.spec.Index, p.spec.Name, err, harness.Tail(p.proc.LogPath, 20, nil))
 	}
 	return nil
-}
-
-// createPods starts the long-running pods, four at a time.
-func (in *instance) createPods(ctx context.Context, n int) (err error) {
-	names := make([]string, n)
-	for i := range names {
-		names[i] = fmt.Sprintf("bench-%03d", i)
-	}
-	in.pods, _, err = in.startPods(ctx, names, 4)
-	return err
 }
 
 // forEach calls fn(0..n-1), width at a time, and returns the first error.
@@ -237,15 +208,15 @@ func (in *instance) checkPods(ctx context.Context, ids []string) error {
 	return forEach(len(ids), stormWidth, func(i int) error { return in.checkPod(ctx, ids[i]) })
 }
 
-// startPods starts a pod of each name, width at a time; it returns their IDs and the time of each
-// RunPodSandbox in ms.
-func (in *instance) startPods(ctx context.Context, names []string, width int) (ids []string, ms []float64, err error) {
-	ids, ms = make([]string, len(names)), make([]float64, len(names))
-	err = forEach(len(names), width, func(i int) error {
+// startPods starts n pods, named by name, width at a time; it returns their IDs and the time of
+// each RunPodSandbox in ms.
+func (in *instance) startPods(ctx context.Context, n, width int, name func(i int) string) (ids []string, ms []float64, err error) {
+	ids, ms = make([]string, n), make([]float64, n)
+	err = forEach(n, width, func(i int) error {
 		start := time.Now()
-		resp, err := in.h.Runtime.RunPodSandbox(ctx, &criruntime.RunPodSandboxRequest{Config: in.h.PodConfig(names[i])})
+		resp, err := in.h.Runtime.RunPodSandbox(ctx, &criruntime.RunPodSandboxRequest{Config: in.h.PodConfig(name(i))})
 		if err != nil {
-			return fmt.Errorf("run pod %s: %w", names[i], err)
+			return fmt.Errorf("run pod %s: %w", name(i), err)
 		}
 		ids[i], ms[i] = resp.PodSandboxId, msSince(start)
 		return nil
@@ -253,14 +224,11 @@ func (in *instance) startPods(ctx context.Context, names []string, width int) (i
 	return ids, ms, err
 }
 
-// removePods stops and removes the pods ("" skipped), width at a time; it returns the time of
-// each StopPodSandbox + RemovePodSandbox in ms.
+// removePods stops and removes the pods, width at a time; it returns the time of each
+// StopPodSandbox + RemovePodSandbox in ms.
 func (in *instance) removePods(ctx context.Context, ids []string, width int) ([]float64, error) {
 	ms := make([]float64, len(ids))
 	err := forEach(len(ids), width, func(i int) error {
-		if ids[i] == "" {
-			return nil
-		}
 		start := time.Now()
 		err := in.h.RemovePod(ctx, ids[i])
 		ms[i] = msSince(start)
@@ -269,42 +237,35 @@ func (in *instance) removePods(ctx context.Context, ids []string, width int) ([]
 	return ms, err
 }
 
-func msSince(t time.Time) float64 { return float64(time.Since(t).Nanoseconds()) / 1e6 }
+func msSince(t time.Time) float64 { return msBetween(t, time.Now()) }
 
-// loadResult is what load measured: the latency of every successful call in ms.
-type loadResult struct {
-	ms         []float64
-	errors     int
-	firstError error
-}
+func msBetween(from, to time.Time) float64 { return float64(to.Sub(from).Nanoseconds()) / 1e6 }
 
-// load calls call from width workers, each with its own sequence number, until deadline or until
-// ctx ends.
-func load(ctx context.Context, width int, deadline time.Time, call func(ctx context.Context, i int) error) loadResult {
-	latencies := make([][]float64, width)
-	var failed atomic.Int64
-	var first atomic.Value
+// load calls call from width workers, each with its own sequence number, for d or until ctx ends:
+// the latency of every successful call in ms and the seconds it took; a failed call fails it.
+func load(ctx context.Context, width int, d time.Duration, call func(ctx context.Context, i int) error) ([]float64, float64, error) {
+	latencies, failures := make([][]float64, width), make([][]error, width)
 	var next atomic.Int64
 	var wg sync.WaitGroup
+	start := time.Now()
 	for w := range width {
 		wg.Go(func() {
-			for ctx.Err() == nil && time.Now().Before(deadline) {
-				start := time.Now()
-				if err := call(ctx, int(next.Add(1)-1)); err != nil {
-					if ctx.Err() == nil {
-						failed.Add(1)
-						first.CompareAndSwap(nil, err)
-					}
-					continue
+			for ctx.Err() == nil && time.Since(start) < d {
+				t := time.Now()
+				if err := call(ctx, int(next.Add(1)-1)); err == nil {
+					latencies[w] = append(latencies[w], msSince(t))
+				} else if ctx.Err() == nil {
+					failures[w] = append(failures[w], err)
 				}
-				latencies[w] = append(latencies[w], msSince(start))
 			}
 		})
 	}
 	wg.Wait()
-	r := loadResult{ms: slices.Concat(latencies...), errors: int(failed.Load())}
-	r.firstError, _ = first.Load().(error)
-	return r
+	ms, errs, err := slices.Concat(latencies...), slices.Concat(failures...), ctx.Err()
+	if len(errs) > 0 {
+		err = fmt.Errorf("%d of %d calls failed, first: %w", len(errs), len(errs)+len(ms), errs[0])
+	}
+	return ms, time.Since(start).Seconds(), err
 }
 
 // statusCall queries the long-running pods' status round robin.

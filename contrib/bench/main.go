@@ -150,43 +150,34 @@ func main() {
 	}
 }
 
-func configKeys(configs []configuration) []string {
-	var keys []string
+func configKeys(configs []configuration) (keys []string) {
 	for _, c := range configs {
 		keys = append(keys, c.Key)
 	}
 	return keys
 }
 
-// selectConfigurations returns the configurations list names, in canonical order, upstream first.
-func selectConfigurations(list string) ([]configuration, error) {
-	wanted := strings.Split(list, ",")
+// check checks the settings and returns the configurations of -configs, upstream first.
+func (s settings) check() ([]configuration, error) {
+	parts := []string{"status", "lifecycle", "scale", "cluster"}
+	if slices.ContainsFunc(strings.Split(s.Benchmarks, ","), func(part string) bool { return !slices.Contains(parts, part) }) {
+		return nil, fmt.Errorf("-benchmarks %q: want any of %s", s.Benchmarks, strings.Join(parts, ", "))
+	}
+	if s.Pods < stormWidth || s.Repeats < 1 || s.Duration <= 0 || s.LifecyclePods < 1 || s.ScalePods < 1 || s.ScaleRepeats < 1 || s.ClusterPods < 1 {
+		return nil, errors.New("-pods must be at least 16; -repeats, -duration and the other counts positive")
+	}
+	wanted := strings.Split(s.Configs, ",")
 	selected := slices.DeleteFunc(configurations(), func(c configuration) bool { return !slices.Contains(wanted, c.Key) })
 	if len(selected) != len(wanted) || selected[0].Key != cfgUpstream {
 		return nil, fmt.Errorf("-configs %q: want upstream, every configuration is measured against it, and any of %s",
-			list, strings.Join(configKeys(configurations()), ", "))
+			s.Configs, strings.Join(configKeys(configurations()), ", "))
 	}
 	return selected, nil
 }
 
-func (s settings) check() error {
-	for part := range strings.SplitSeq(s.Benchmarks, ",") {
-		if !slices.Contains([]string{"status", "lifecycle", "scale", "cluster"}, part) {
-			return fmt.Errorf("-benchmarks: unknown part %q", part)
-		}
-	}
-	if s.Pods < stormWidth || s.Repeats < 1 || s.Duration <= 0 || s.LifecyclePods < 1 || s.ScalePods < 1 || s.ScaleRepeats < 1 || s.ClusterPods < 1 {
-		return errors.New("-pods must be at least 16; -repeats, -duration and the other counts positive")
-	}
-	return nil
-}
-
 func run(ctx context.Context, s settings) error {
-	configs, err := selectConfigurations(s.Configs)
+	configs, err := s.check()
 	if err != nil {
-		return err
-	}
-	if err := s.check(); err != nil {
 		return err
 	}
 	r := newReport(s, configs)

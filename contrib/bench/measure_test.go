@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -11,30 +12,33 @@ import (
 	"github.com/prometheus/procfs"
 )
 
-func TestPercentileIsNearestRank(t *testing.T) {
+func TestStatistics(t *testing.T) {
 	var values []float64
-	for i := 100; i >= 1; i-- { // unsorted on purpose
+	for i := 100; i >= 1; i-- { // 1..100, unsorted on purpose
 		values = append(values, float64(i))
 	}
-	for p, want := range map[float64]float64{0.5: 50, 0.99: 99, 1: 100, 0.001: 1} {
-		if got := percentile(values, p); got != want {
-			t.Errorf("percentile(1..100, %v) = %v, want %v", p, got, want)
+	from := procfs.CPUStat{User: 10, System: 10, Idle: 100, Iowait: 10}
+	to := procfs.CPUStat{User: 13, System: 11, Idle: 104, Iowait: 11, SoftIRQ: 1}
+	for _, c := range []struct {
+		what      string
+		got, want any
+	}{
+		{"percentile(1..100, 0.5)", percentile(values, 0.5), 50.0},
+		{"percentile(1..100, 0.99)", percentile(values, 0.99), 99.0},
+		{"percentile(1..100, 1)", percentile(values, 1), 100.0},
+		{"percentile(1..100, 0.001)", percentile(values, 0.001), 1.0},
+		{"percentile of nothing", percentile(nil, 0.5), 0.0},
+		{"spread(3, 1, 2)", *spread([]float64{3, 1, 2}), Spread{Min: 1, Median: 2, Max: 3, N: 3}},
+		{"median of 4, 1, 2, 3", spread([]float64{4, 1, 2, 3}).Median, 2.5},
+		{"spread of nothing", spread(nil), (*Spread)(nil)},
+		{"ratio(3, 2)", fmt.Sprint(ratio(3, 2)), "1.5 true"},
+		{"ratio(3, 0)", fmt.Sprint(ratio(3, 0)), "0 false"},
+		{"busy share, idle and I/O wait left out", busyShare(from, to), 0.5}, // 5 of 10 s
+		{"busy share of no time", busyShare(from, from), 0.0},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.what, c.got, c.want)
 		}
-	}
-	if percentile(nil, 0.5) != 0 {
-		t.Error("percentile of nothing is not 0")
-	}
-}
-
-func TestSpreadAndRatio(t *testing.T) {
-	if got := spread([]float64{3, 1, 2}); *got != (Spread{Min: 1, Median: 2, Max: 3, N: 3}) || spread([]float64{4, 1, 2, 3}).Median != 2.5 {
-		t.Errorf("spread(3, 1, 2) = %+v, or the median of 1..4 is not 2.5", *got)
-	}
-	if q, ok := ratio(3, 2); spread(nil) != nil || !ok || q != 1.5 {
-		t.Errorf("spread of nothing is not nil, or ratio(3, 2) = %v, %v", q, ok)
-	}
-	if _, ok := ratio(3, 0); ok {
-		t.Error("a ratio to 0 is a figure")
 	}
 }
 
@@ -55,14 +59,11 @@ containerd_nri_plugin_invocations_total{operation="RunPodSandbox",plugin="10-bri
 `
 
 func TestTimersAreDeltasPerPluginAndOperation(t *testing.T) {
-	before, err := parseTimers(strings.NewReader(metricsText))
-	if err != nil {
-		t.Fatal(err)
-	}
-	after, err := parseTimers(strings.NewReader(strings.NewReplacer(
+	before, beforeErr := parseTimers(strings.NewReader(metricsText))
+	after, afterErr := parseTimers(strings.NewReader(strings.NewReplacer(
 		`plugin="10-bridge"} 0.03`, `plugin="10-bridge"} 0.09`, `plugin="10-bridge"} 4`, `plugin="10-bridge"} 10`,
 		`"set_up_pod"} 0.1`, `"set_up_pod"} 0.3`, `"set_up_pod"} 4`, `"set_up_pod"} 14`).Replace(metricsText)))
-	if err != nil {
+	if err := errors.Join(beforeErr, afterErr); err != nil {
 		t.Fatal(err)
 	}
 	// 6 more calls taking 60 ms, 10 CNI setups taking 200 ms; the status calls unchanged, not listed.
@@ -80,27 +81,18 @@ func TestTimersAreDeltasPerPluginAndOperation(t *testing.T) {
 	}
 }
 
-func TestBusyShareLeavesIdleAndIOWaitOut(t *testing.T) {
-	from := procfs.CPUStat{User: 10, System: 10, Idle: 100, Iowait: 10}
-	to := procfs.CPUStat{User: 13, System: 11, Idle: 104, Iowait: 11, SoftIRQ: 1}
-	if got := busyShare(from, to); math.Abs(got-0.5) > 1e-9 {
-		t.Errorf("busy share = %v, want 5 of 10 seconds", got)
-	}
-	if got := busyShare(from, from); got != 0 {
-		t.Errorf("busy share of no time = %v", got)
-	}
-}
-
 func TestLoadRecordsEveryCallUntilItsDeadline(t *testing.T) {
 	failure := errors.New("odd call")
-	r := load(t.Context(), 4, time.Now().Add(20*time.Millisecond), func(_ context.Context, i int) error {
+	ms, seconds, err := load(t.Context(), 4, 20*time.Millisecond, func(_ context.Context, i int) error {
 		if i%2 == 1 {
 			return failure
 		}
 		return nil
 	})
-	if len(r.ms) == 0 || r.errors == 0 || !errors.Is(r.firstError, failure) || len(r.ms)-r.errors > 4 || r.errors-len(r.ms) > 4 {
-		t.Errorf("load = %d calls, %d errors (%v); want as many of each, give or take a worker's last call", len(r.ms), r.errors, r.firstError)
+	var failed, calls int
+	if _, scanErr := fmt.Sscanf(fmt.Sprint(err), "%d of %d calls failed", &failed, &calls); scanErr != nil || !errors.Is(err, failure) ||
+		len(ms) == 0 || calls != failed+len(ms) || len(ms)-failed > 4 || failed-len(ms) > 4 || seconds < 0.02 {
+		t.Errorf("load = %d calls in %.3f s, error %v; want as many failed, give or take a worker's last call", len(ms), seconds, err)
 	}
 }
 

@@ -68,8 +68,7 @@ func parseTimers(r io.Reader) (timers, error) {
 				}
 			}
 			h := series.GetHistogram()
-			sum := t[k]
-			t[k] = [2]float64{sum[0] + float64(h.GetSampleCount()), sum[1] + h.GetSampleSum()}
+			t[k] = [2]float64{t[k][0] + float64(h.GetSampleCount()), t[k][1] + h.GetSampleSum()}
 		}
 	}
 	return t, nil

@@ -105,7 +105,7 @@ type PairRun struct {
 // runPair measures configuration other against upstream's instance up in round.
 func runPair(ctx context.Context, up, other *instance, round int) (_ *PairRun, err error) {
 	log.Printf("bench: round %d: (%s) against (upstream)", round, other.c.Key)
-	p := &PairRun{Config: other.c.Key, Round: round, sides: [2]*instance{up, other}}
+	p := &PairRun{Config: other.c.Key, Round: round, Ping: map[int]Load{}, sides: [2]*instance{up, other}}
 	for _, in := range p.sides {
 		if err := in.h.Start(ctx); err != nil {
 			return nil, err
@@ -163,25 +163,13 @@ func (p *PairRun) settle(ctx context.Context, phase string) error {
 	return nil
 }
 
-// timers reads each side's NRI and CNI histograms.
-func (p *PairRun) timers(ctx context.Context) ([2]timers, error) {
-	var t [2]timers
-	var err error
-	for side, in := range p.sides {
-		if t[side], err = fetchTimers(ctx, in.metrics); err != nil {
-			return t, err
-		}
-	}
-	return t, nil
-}
-
 func (p *PairRun) measureStatus(ctx context.Context) error {
 	for k := range 2 { // untimed: cold caches and connections after the start
 		in := p.sides[sideOf(k, p.Round)]
 		if err := in.checkPods(ctx, in.pods); err != nil {
 			return err
 		}
-		if _, _, err := loadFor(ctx, stormWidth, 500*time.Millisecond, in.statusCall(false)); err != nil {
+		if _, _, err := load(ctx, stormWidth, 500*time.Millisecond, in.statusCall(false)); err != nil {
 			return fmt.Errorf("(%s) warm-up: %w", in.c.Key, err)
 		}
 	}
@@ -208,8 +196,7 @@ func (p *PairRun) measureStatus(ctx context.Context) error {
 	}
 	if other.c.Storm {
 		for k := range 2 {
-			side := sideOf(k, p.Round)
-			if err := p.storm(ctx, side); err != nil {
+			if err := p.storm(ctx, sideOf(k, p.Round)); err != nil {
 				return err
 			}
 		}
@@ -228,7 +215,7 @@ func (p *PairRun) statusVariant(ctx context.Context, v variant) (StatusSample, e
 	calls, err := p.sides[1].pluginCallsDuring(ctx, func() error {
 		for k := range 2 * max(1, int(p.sides[0].s.Duration/pairSlice)) {
 			side := sideOf(k, p.Round)
-			r, s, err := loadFor(ctx, v.Concurrency, pairSlice, p.sides[side].statusCall(v.Verbose))
+			r, s, err := load(ctx, v.Concurrency, pairSlice, p.sides[side].statusCall(v.Verbose))
 			if err != nil {
 				return fmt.Errorf("(%s) %s: %w", p.sides[side].c.Key, v, err)
 			}
@@ -248,17 +235,6 @@ func (p *PairRun) statusVariant(ctx context.Context, v variant) (StatusSample, e
 	return sample, nil
 }
 
-// loadFor runs a load for d; any failed call fails the load.
-func loadFor(ctx context.Context, width int, d time.Duration, call func(context.Context, int) error) ([]float64, float64, error) {
-	start := time.Now()
-	r := load(ctx, width, start.Add(d), call)
-	err := ctx.Err()
-	if err == nil && r.errors > 0 {
-		err = fmt.Errorf("%d of %d calls failed, first: %w", r.errors, r.errors+len(r.ms), r.firstError)
-	}
-	return r.ms, time.Since(start).Seconds(), err
-}
-
 func summarize(ms []float64, seconds float64) Load {
 	l := Load{Calls: len(ms), P50Ms: percentile(ms, 0.5), P99Ms: percentile(ms, 0.99)}
 	l.PerSecond, _ = ratio(float64(len(ms)), seconds)
@@ -268,8 +244,7 @@ func summarize(ms []float64, seconds float64) Load {
 // measurePing makes no-op ttrpc calls to the first plugin's process over one connection, width at
 // a time, for -duration: the floor a status query through NRI cannot go below.
 func (p *PairRun) measurePing(ctx context.Context, width int) error {
-	plugin := p.sides[1].plugins[0]
-	client, err := ping.Dial(ctx, plugin.ping)
+	client, err := ping.Dial(ctx, p.sides[1].plugins[0].ping)
 	if err != nil {
 		return err
 	}
@@ -277,12 +252,9 @@ func (p *PairRun) measurePing(ctx context.Context, width int) error {
 	if err := p.settle(ctx, fmt.Sprintf("round trip c%d", width)); err != nil {
 		return err
 	}
-	ms, seconds, err := loadFor(ctx, width, p.sides[1].s.Duration, func(ctx context.Context, _ int) error { return ping.Ping(ctx, client) })
+	ms, seconds, err := load(ctx, width, p.sides[1].s.Duration, func(ctx context.Context, _ int) error { return ping.Ping(ctx, client) })
 	if err != nil {
 		return fmt.Errorf("round trip c%d: %w", width, err)
-	}
-	if p.Ping == nil {
-		p.Ping = map[int]Load{}
 	}
 	p.Ping[width] = summarize(ms, seconds)
 	return nil
@@ -291,35 +263,29 @@ func (p *PairRun) measurePing(ctx context.Context, width int) error {
 // pluginCallsDuring counts the status plugins' PodSandboxStatus calls while fn runs (S8).
 func (in *instance) pluginCallsDuring(ctx context.Context, fn func() error) (*float64, error) {
 	before, err := fetchTimers(ctx, in.metrics)
+	if err == nil {
+		err = fn()
+	}
 	if err != nil {
 		return nil, err
 	}
-	if err := fn(); err != nil {
-		return nil, err
-	}
 	after, err := fetchTimers(ctx, in.metrics)
-	calls := float64(pluginCalls(after.since(before), "PodSandboxStatus"))
-	return &calls, err
+	return new(float64(pluginCalls(after.since(before), "PodSandboxStatus"))), err
 }
 
-// measureBursts sends bursts of stormWidth simultaneous queries for one pod.
+// measureBursts sends bursts of stormWidth simultaneous queries for one pod, the first.
 func (p *PairRun) measureBursts(ctx context.Context) error {
 	in := p.sides[1]
-	query := func(int) error {
-		_, err := in.h.Runtime.PodSandboxStatus(ctx, &criruntime.PodSandboxStatusRequest{PodSandboxId: in.pods[0]})
-		return err
-	}
 	calls, err := in.pluginCallsDuring(ctx, func() error {
 		for range bursts {
-			if err := forEach(stormWidth, stormWidth, query); err != nil {
+			if err := forEach(stormWidth, stormWidth, func(int) error { return in.statusCall(false)(ctx, 0) }); err != nil {
 				return fmt.Errorf("burst: %w", err)
 			}
 		}
 		return nil
 	})
 	if err == nil {
-		perBurst := *calls / float64(bursts*len(in.plugins))
-		p.BurstCalls = &perBurst
+		p.BurstCalls = new(*calls / float64(bursts*len(in.plugins)))
 	}
 	return err
 }
@@ -374,17 +340,16 @@ func (p *PairRun) storm(ctx context.Context, side int) error {
 		return err
 	}
 	stormCtx, stopStorm := context.WithCancel(ctx)
-	done := make(chan loadResult)
-	go func() { done <- load(stormCtx, stormWidth, time.Now().Add(time.Hour), in.statusCall(false)) }()
+	stormErr := make(chan error)
+	go func() {
+		_, _, err := load(stormCtx, stormWidth, time.Hour, in.statusCall(false))
+		stormErr <- err
+	}()
 	time.Sleep(200 * time.Millisecond) // the storm at full width
-	var names []string
-	for i := range stormPods {
-		names = append(names, fmt.Sprintf("storm-%d-%d", p.Round, i))
-	}
-	ids, runMs, err := in.startPods(ctx, names, 1)
+	ids, runMs, err := in.startPods(ctx, stormPods, 1, func(i int) string { return fmt.Sprintf("storm-%d-%d", p.Round, i) })
 	stopStorm()
-	if status := <-done; status.errors > 0 {
-		err = errors.Join(err, fmt.Errorf("(%s) storm: %d status errors, first: %w", in.c.Key, status.errors, status.firstError))
+	if statusErr := <-stormErr; statusErr != nil && !errors.Is(statusErr, context.Canceled) {
+		err = errors.Join(err, fmt.Errorf("(%s) storm: %w", in.c.Key, statusErr))
 	}
 	if err == nil { // else the instance's Close removes them
 		_, err = in.removePods(ctx, ids, 1)
@@ -398,33 +363,35 @@ func (p *PairRun) storm(ctx context.Context, side int) error {
 func (p *PairRun) measureLifecycle(ctx context.Context, width int) error {
 	n := p.sides[0].s.LifecyclePods
 	var ids [2][]string
-	var samples [2]LifecycleSample
+	samples := [2]LifecycleSample{{Concurrency: width}, {Concurrency: width}}
 	// phase runs batches of width pods, alternating between the sides, between readings of the timers.
 	phase := func(name string, batch func(side, from, to int) error) error {
 		if err := p.settle(ctx, fmt.Sprintf("lifecycle c%d %s", width, name)); err != nil {
 			return err
 		}
-		before, err := p.timers(ctx)
-		if err != nil {
-			return err
+		var before [2]timers
+		for side, in := range p.sides {
+			var err error
+			if before[side], err = fetchTimers(ctx, in.metrics); err != nil {
+				return err
+			}
 		}
 		for k := range 2 * ((n + width - 1) / width) {
 			if err := batch(sideOf(k, p.Round), k/2*width, min(n, (k/2+1)*width)); err != nil {
 				return err // the instance's Close removes what is left
 			}
 		}
-		after, err := p.timers(ctx)
-		for side := range 2 {
-			samples[side].Timers = append(samples[side].Timers, after[side].since(before[side])...)
+		for side, in := range p.sides {
+			after, err := fetchTimers(ctx, in.metrics)
+			if err != nil {
+				return err
+			}
+			samples[side].Timers = append(samples[side].Timers, after.since(before[side])...)
 		}
-		return err
+		return nil
 	}
 	err := phase("start", func(side, from, to int) error {
-		var names []string
-		for i := from; i < to; i++ {
-			names = append(names, fmt.Sprintf("life-r%d-c%d-%03d", p.Round, width, i))
-		}
-		batchIDs, ms, err := p.sides[side].startPods(ctx, names, width)
+		batchIDs, ms, err := p.sides[side].startPods(ctx, to-from, width, func(i int) string { return fmt.Sprintf("life-r%d-c%d-%03d", p.Round, width, from+i) })
 		ids[side], samples[side].RunMs = append(ids[side], batchIDs...), append(samples[side].RunMs, ms...)
 		return err
 	})
@@ -442,7 +409,6 @@ func (p *PairRun) measureLifecycle(ctx context.Context, width int) error {
 		return err
 	}
 	for side := range 2 {
-		samples[side].Concurrency = width
 		p.Lifecycle[side] = append(p.Lifecycle[side], samples[side])
 	}
 	log.Printf("bench:   lifecycle c%d: RunPodSandbox p50 (upstream) %.1f ms, (%s) %.1f ms; Stop+Remove p50 %.1f ms, %.1f ms", width,

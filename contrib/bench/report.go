@@ -71,8 +71,7 @@ func newReport(s settings, configs []configuration) *report {
 	return r
 }
 
-// dependencyDifferences lists the modules linked at other versions into the two daemons, but the
-// patched ones (knext's are built from the workspace).
+// dependencyDifferences lists them (knext's patched modules are built from the workspace).
 func dependencyDifferences(upstream, knext string) []string {
 	versions := map[string][2]string{}
 	for side, binary := range []string{upstream, knext} {
@@ -122,18 +121,12 @@ func (r *report) sidesOf(key string) ([]*PairRun, int) {
 	if key == cfgUpstream {
 		return r.Pairs, 0
 	}
-	var runs []*PairRun
-	for _, run := range r.Pairs {
-		if run.Config == key {
-			runs = append(runs, run)
-		}
-	}
-	return runs, 1
+	return slices.DeleteFunc(slices.Clone(r.Pairs), func(run *PairRun) bool { return run.Config != key }), 1
 }
 
 // pairValues returns figure f of configuration key over its runs, or with toUpstream each run's
 // ratio of key's figure to upstream's.
-func (r *report) pairValues(key string, f func(run *PairRun, side int) (float64, bool), toUpstream bool) []float64 {
+func (r *report) pairValues(key string, f figure, toUpstream bool) []float64 {
 	runs, side := r.sidesOf(key)
 	var values []float64
 	for _, run := range runs {
@@ -150,42 +143,16 @@ func (r *report) pairValues(key string, f func(run *PairRun, side int) (float64,
 	return values
 }
 
-// roundValues returns f of each sample of key, or with toUpstream its ratio to upstream's sample of
-// the same round: the scale and cluster parts measure one configuration at a time.
-func roundValues[S any](samples []S, keyRound func(S) (string, int), key string, f func(S) float64, toUpstream bool) []float64 {
-	base := map[int]float64{}
-	for _, s := range samples {
-		if k, round := keyRound(s); k == cfgUpstream {
-			base[round] = f(s)
-		}
-	}
-	var values []float64
-	for _, s := range samples {
-		k, round := keyRound(s)
-		v, ok := f(s), k == key
-		if toUpstream {
-			v, ok = ratio(v, base[round])
-			ok = ok && k == key && key != cfgUpstream
-		}
-		if ok {
-			values = append(values, v)
-		}
-	}
-	return values
+// figure is a figure of a pair run on one side (0 upstream's, 1 the configuration's), if measured.
+type figure = func(run *PairRun, side int) (float64, bool)
+
+// namedFigure is a figure in one variant (concurrency, verbose, start or removal).
+type namedFigure struct {
+	name string
+	f    figure
 }
 
-func (r *report) scaleValues(key string, f func(ScaleSample) float64, toUpstream bool) []float64 {
-	return roundValues(r.Scale, func(s ScaleSample) (string, int) { return s.Config, s.Round }, key, f, toUpstream)
-}
-
-// clusterValues calls knext's cluster knext and upstream's upstream, as the configurations.
-func (r *report) clusterValues(key string, f func(*ClusterRun) float64, toUpstream bool) []float64 {
-	return roundValues(r.Cluster, func(c *ClusterRun) (string, int) { return c.Runtime, c.Round }, key, f, toUpstream)
-}
-
-// The figures of a pair run, by side.
-
-func statusFigure(v variant, field func(Load) float64) func(*PairRun, int) (float64, bool) {
+func statusFigure(v variant, field func(Load) float64) figure {
 	return func(run *PairRun, side int) (float64, bool) {
 		i := slices.IndexFunc(run.Status, func(s StatusSample) bool { return s.Variant == v })
 		if i < 0 || run.Status[i].Sides[side].Calls == 0 {
@@ -197,52 +164,58 @@ func statusFigure(v variant, field func(Load) float64) func(*PairRun, int) (floa
 
 func p50(l Load) float64 { return l.P50Ms }
 
-// overheadFigure is a status query beyond upstream's and the raw round trip to its plugin at the
-// same concurrency, as a share of upstream's: the runtime's own work for the NRI query.
-func overheadFigure(concurrency int) func(*PairRun, int) (float64, bool) {
-	status := statusFigure(variant{Concurrency: concurrency}, p50)
+func statusFigures(vs []variant) (figures []namedFigure) {
+	for _, v := range vs {
+		figures = append(figures, namedFigure{v.String(), statusFigure(v, p50)})
+	}
+	return figures
+}
+
+// lifecycleFigures are the p50 of pod starts, then of removals (Stop+Remove), at each concurrency.
+func lifecycleFigures() (figures []namedFigure) {
+	for _, call := range []string{"RunPodSandbox", "Stop+Remove"} {
+		for _, width := range lifecycleWidths {
+			figures = append(figures, namedFigure{fmt.Sprintf("%s c%d", call, width), func(run *PairRun, side int) (float64, bool) {
+				i := slices.IndexFunc(run.Lifecycle[side], func(s LifecycleSample) bool { return s.Concurrency == width })
+				if i < 0 {
+					return 0, false
+				}
+				ms := run.Lifecycle[side][i].RunMs
+				if call == "Stop+Remove" {
+					ms = run.Lifecycle[side][i].StopRemoveMs
+				}
+				return percentile(ms, 0.5), len(ms) > 0
+			}})
+		}
+	}
+	return figures
+}
+
+// overheadFigure is, on the configuration's side, its status query beyond upstream's and the raw
+// round trip to its plugin at the same concurrency, and upstream's query on upstream's side: its
+// ratio to upstream is the runtime's own work for the NRI query, as a share of upstream's query.
+func overheadFigure(concurrency int) figure {
+	status, ping := statusFigure(variant{Concurrency: concurrency}, p50), pingFigure(concurrency)
 	return func(run *PairRun, side int) (float64, bool) {
 		up, upOK := status(run, 0)
-		query, queryOK := status(run, 1)
-		ping, pingOK := pingFigure(concurrency)(run, side)
-		if !upOK || !queryOK || !pingOK {
-			return 0, false
+		if side == 0 {
+			return up, upOK
 		}
-		return ratio(query-up-ping, up)
+		query, queryOK := status(run, 1)
+		rtt, pingOK := ping(run, 1)
+		return query - up - rtt, upOK && queryOK && pingOK
 	}
 }
 
-func pingFigure(concurrency int) func(*PairRun, int) (float64, bool) {
+func pingFigure(concurrency int) figure {
 	return func(run *PairRun, side int) (float64, bool) {
 		ping, ok := run.Ping[concurrency]
 		return ping.P50Ms, ok && side == 1
 	}
 }
 
-func lifecycleCall(stopRemove bool) string {
-	if stopRemove {
-		return "Stop+Remove"
-	}
-	return "RunPodSandbox"
-}
-
-// lifecycleFigure is the p50 of RunPodSandbox, or of StopPodSandbox + RemovePodSandbox.
-func lifecycleFigure(width int, stopRemove bool) func(*PairRun, int) (float64, bool) {
-	return func(run *PairRun, side int) (float64, bool) {
-		i := slices.IndexFunc(run.Lifecycle[side], func(s LifecycleSample) bool { return s.Concurrency == width })
-		if i < 0 {
-			return 0, false
-		}
-		s := run.Lifecycle[side][i]
-		if stopRemove {
-			return percentile(s.StopRemoveMs, 0.5), len(s.StopRemoveMs) > 0
-		}
-		return percentile(s.RunMs, 0.5), len(s.RunMs) > 0
-	}
-}
-
 // own is a figure of the configuration's side only: upstream's has no status plugin.
-func own(get func(*PairRun) *float64) func(*PairRun, int) (float64, bool) {
+func own(get func(*PairRun) *float64) figure {
 	return func(run *PairRun, side int) (float64, bool) {
 		if v := get(run); v != nil && side == 1 {
 			return *v, true
@@ -251,114 +224,99 @@ func own(get func(*PairRun) *float64) func(*PairRun, int) (float64, bool) {
 	}
 }
 
+var burstFigure = own(func(run *PairRun) *float64 { return run.BurstCalls })
+
 func stormFigure(run *PairRun, side int) (float64, bool) {
 	return percentile(run.Storm[side], 0.5), len(run.Storm[side]) > 0
 }
 
-// Target is a limit of a figure in each of its variants (Parts), judged on the median over the
-// rounds, or with Max on every round.
-type Target struct {
-	Name  string
-	Limit float64
-	Max   bool
-	Parts []TargetPart
+// targetPart is a target's figure in one variant, with the A/A pair's beside it.
+type targetPart struct {
+	variant      string
+	measured, aa *Spread
 }
 
-// TargetPart is a target's figure in one variant, with the A/A pair's beside it.
-type TargetPart struct {
-	Variant      string
-	Measured, AA *Spread
-}
-
-func (t Target) status() string {
-	var measured, missed []string
-	for _, p := range t.Parts {
-		if p.Measured == nil {
-			continue
-		}
-		if measured = append(measured, p.Variant); t.Max && p.Measured.Max > t.Limit || !t.Max && p.Measured.Median > t.Limit {
-			missed = append(missed, p.Variant)
-		}
-	}
-	switch {
-	case len(measured) == 0:
-		return "not measured"
-	case len(missed) > 0:
-		return strings.TrimSpace("missed " + strings.Join(missed, ", "))
-	}
-	return "met"
-}
-
-func (r *report) targets() []Target {
-	var targets []Target
-	add := func(name string, limit float64, parts ...TargetPart) {
-		targets = append(targets, Target{Name: name, Limit: limit, Parts: parts})
-	}
-	paired := func(key, variant string, f func(*PairRun, int) (float64, bool)) TargetPart {
-		return TargetPart{variant, spread(r.pairValues(key, f, true)), spread(r.pairValues(cfgUpstreamAgain, f, true))}
-	}
-	type limit struct {
-		key   string
-		limit float64
-	}
-	for _, l := range []limit{{cfgKnext, 1.02}, {cfgRunPlugin, 1.02}, {cfgOnePlugin, 1.6}} {
-		var parts []TargetPart
-		for _, v := range variants {
-			parts = append(parts, paired(l.key, v.String(), statusFigure(v, p50)))
-		}
-		add(fmt.Sprintf("(%s) PodSandboxStatus p50 ≤ %.2f × (upstream)", l.key, l.limit), l.limit, parts...)
-	}
-	for _, l := range []limit{{cfgKnext, 1.02}, {cfgCNILess, 0.8}} {
-		var parts []TargetPart
-		for _, stopRemove := range []bool{false, true} {
-			for _, width := range lifecycleWidths {
-				parts = append(parts, paired(l.key, fmt.Sprintf("%s c%d", lifecycleCall(stopRemove), width), lifecycleFigure(width, stopRemove)))
+// targetTable judges each target's figure in each of its variants on the median over the rounds,
+// or, everyRound, on the maximum.
+func (r *report) targetTable() Table {
+	t := Table{ID: "targets", Title: "Targets: per variant, the median over the rounds [min–max], and the A/A pair's",
+		Header: []string{"target", "measured", "A/A: upstream-again", "status"}}
+	add := func(name string, limit float64, everyRound bool, parts ...targetPart) {
+		var measured, aa, missed []string
+		status := "not measured"
+		for _, p := range parts {
+			measured = append(measured, strings.TrimSpace(p.variant+" "+cell(p.measured, "%.2f", true)))
+			if p.aa != nil {
+				aa = append(aa, strings.TrimSpace(p.variant+" "+cell(p.aa, "%.2f", true)))
+			}
+			if p.measured != nil {
+				if status = "met"; everyRound && p.measured.Max > limit || !everyRound && p.measured.Median > limit {
+					missed = append(missed, p.variant)
+				}
 			}
 		}
-		add(fmt.Sprintf("(%s) pod start and removal p50 ≤ %.2f × (upstream)", l.key, l.limit), l.limit, parts...)
+		if len(missed) > 0 {
+			status = strings.TrimSpace("missed " + strings.Join(missed, ", "))
+		}
+		t.Rows = append(t.Rows, []string{name, strings.Join(measured, "; "), strings.Join(aa, "; "), status})
 	}
-	add(fmt.Sprintf("(%s) RunPodSandbox p50 during a 16-way status storm ≤ 1.20 × (upstream)", cfgSlowPlugin), 1.2, paired(cfgSlowPlugin, "", stormFigure))
-	var overhead, three, slow []TargetPart
-	for _, v := range variants[:2] {
-		overhead = append(overhead, TargetPart{Variant: v.String(), Measured: spread(r.pairValues(cfgOnePlugin, overheadFigure(v.Concurrency), false))})
+	// paired are key's ratios to upstream in each variant, with the A/A pair's.
+	paired := func(key string, figures ...namedFigure) []targetPart {
+		var parts []targetPart
+		for _, nf := range figures {
+			parts = append(parts, targetPart{nf.name, spread(r.pairValues(key, nf.f, true)), spread(r.pairValues(cfgUpstreamAgain, nf.f, true))})
+		}
+		return parts
 	}
-	add(fmt.Sprintf("(%s) status query beyond upstream's and the raw round trip ≤ 0.20 × (upstream)'s", cfgOnePlugin), 0.2, overhead...)
+	for _, l := range []struct {
+		key, figure string
+		limit       float64
+		figures     []namedFigure
+	}{
+		{cfgKnext, "PodSandboxStatus p50", 1.02, statusFigures(variants)},
+		{cfgRunPlugin, "PodSandboxStatus p50", 1.02, statusFigures(variants)},
+		{cfgOnePlugin, "PodSandboxStatus p50", 1.6, statusFigures(variants)},
+		{cfgKnext, "pod start and removal p50", 1.02, lifecycleFigures()},
+		{cfgCNILess, "pod start and removal p50", 0.8, lifecycleFigures()},
+		{cfgSlowPlugin, "RunPodSandbox p50 during a 16-way status storm", 1.2, []namedFigure{{"", stormFigure}}},
+	} {
+		add(fmt.Sprintf("(%s) %s ≤ %.2f × (upstream)", l.key, l.figure, l.limit), l.limit, false, paired(l.key, l.figures...)...)
+	}
+	// No A/A pair: upstream-again has no plugin to make a round trip to.
+	add(fmt.Sprintf("(%s) status query beyond upstream's and the raw round trip ≤ 0.20 × (upstream)'s", cfgOnePlugin), 0.2, false,
+		paired(cfgOnePlugin, namedFigure{variants[0].String(), overheadFigure(1)}, namedFigure{variants[1].String(), overheadFigure(stormWidth)})...)
 	// Across pairs: three plugins against one, each paired with upstream; the slow plugin's
 	// absolute p50 against its delay plus one plugin's, where the delay dominates any drift.
-	median := func(key string, v variant, toUpstream bool) float64 {
-		s := spread(r.pairValues(key, statusFigure(v, p50), toUpstream))
-		if s == nil {
-			return math.NaN() // no ratio with it is a figure
+	median := func(key string, f figure, toUpstream bool) float64 {
+		if s := spread(r.pairValues(key, f, toUpstream)); s != nil {
+			return s.Median
 		}
-		return s.Median
+		return math.NaN() // no ratio with it is a figure
 	}
-	across := func(v variant, num, den float64) TargetPart {
-		part := TargetPart{Variant: v.String()}
+	across := func(name string, num, den float64) targetPart {
 		if q, ok := ratio(num, den); ok && !math.IsNaN(q) {
-			part.Measured = spread([]float64{q})
+			return targetPart{variant: name, measured: spread([]float64{q})}
 		}
-		return part
+		return targetPart{variant: name}
 	}
-	for _, v := range variants {
-		three = append(three, across(v, median(cfgThreePlugins, v, true), median(cfgOnePlugin, v, true)))
-		slow = append(slow, across(v, median(cfgSlowPlugin, v, false), float64(slowDelay.Milliseconds())+median(cfgOnePlugin, v, false)))
+	var three, slow []targetPart
+	for _, nf := range statusFigures(variants) {
+		three = append(three, across(nf.name, median(cfgThreePlugins, nf.f, true), median(cfgOnePlugin, nf.f, true)))
+		slow = append(slow, across(nf.name, median(cfgSlowPlugin, nf.f, false), float64(slowDelay.Milliseconds())+median(cfgOnePlugin, nf.f, false)))
 	}
-	add(fmt.Sprintf("(%s) PodSandboxStatus p50 ≤ 1.20 × (%s)", cfgThreePlugins, cfgOnePlugin), 1.2, three...)
-	add(fmt.Sprintf("(%s) PodSandboxStatus p50 ≤ 1.20 × (%s + (%s))", cfgSlowPlugin, slowDelay, cfgOnePlugin), 1.2, slow...)
-	var eventCalls, burstCalls []float64
+	add(fmt.Sprintf("(%s) PodSandboxStatus p50 ≤ 1.20 × (%s)", cfgThreePlugins, cfgOnePlugin), 1.2, false, three...)
+	add(fmt.Sprintf("(%s) PodSandboxStatus p50 ≤ 1.20 × (%s + (%s))", cfgSlowPlugin, slowDelay, cfgOnePlugin), 1.2, false, slow...)
+	var eventCalls []float64
 	for _, run := range r.Pairs {
 		if run.EventCalls != nil && run.Events >= 4 { // only where the events did arrive
 			eventCalls = append(eventCalls, *run.EventCalls)
 		}
-		if run.BurstCalls != nil && run.Config == cfgSlowPlugin {
-			burstCalls = append(burstCalls, *run.BurstCalls)
-		}
 	}
-	targets = append(targets, Target{Name: "plugin calls caused by CRI container events = 0 (C7), every round of every plugin configuration",
-		Max: true, Parts: []TargetPart{{Measured: spread(eventCalls)}}})
+	add("plugin calls caused by CRI container events = 0 (C7), every round of every plugin configuration", 0, true,
+		targetPart{measured: spread(eventCalls)})
 	// The median round: on a loaded machine one of 16 queries now and then arrives after the
 	// shared round trip has ended, and makes a second one.
-	add(fmt.Sprintf("(%s) plugin calls per burst of %d concurrent queries for one pod ≤ 1 (C7)", cfgSlowPlugin, stormWidth), 1,
-		TargetPart{Measured: spread(burstCalls)})
-	return targets
+	add(fmt.Sprintf("(%s) plugin calls per burst of %d concurrent queries for one pod ≤ 1 (C7)", cfgSlowPlugin, stormWidth), 1, false,
+		targetPart{measured: spread(r.pairValues(cfgSlowPlugin, burstFigure, false))})
+	return t
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/xml"
-	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -30,95 +29,90 @@ func testReport() *report {
 	}}
 }
 
-func target(t *testing.T, r *report, name string) Target {
+// target returns the row of the target table named name.
+func target(t *testing.T, r *report, name string) []string {
 	t.Helper()
-	for _, target := range r.targets() {
-		if target.Name == name {
-			return target
-		}
+	rows := r.targetTable().Rows
+	if i := slices.IndexFunc(rows, func(row []string) bool { return row[0] == name }); i >= 0 {
+		return rows[i]
 	}
 	t.Fatalf("no target %q", name)
-	return Target{}
+	return nil
 }
 
 func TestTargetsJudgeTheMedianOfPairedRatiosAndShowTheAAPair(t *testing.T) {
 	r := testReport()
 	name := "(knext) PodSandboxStatus p50 ≤ 1.02 × (upstream)"
-	c1 := target(t, r, name).Parts[0]
-	if got := target(t, r, name); got.status() != "met" || c1.Variant != "c1" || c1.Measured.N != 3 || math.Abs(c1.Measured.Median-1.01) > 1e-9 ||
-		c1.AA == nil || math.Abs(c1.AA.Median-0.9) > 1e-9 {
-		t.Errorf("status target %s, c1 measured %+v, A/A %+v; want met at 1.01 of 3 rounds, A/A 0.9", got.status(), c1.Measured, c1.AA)
+	if got, want := target(t, r, name), []string{name, "c1 1.01 [1.01–1.10]; c16 –; c1 verbose –; c16 verbose –", "c1 0.90", "met"}; !slices.Equal(got, want) {
+		t.Errorf("status target = %q, want %q", got, want)
 	}
 	r.Pairs[0].Status[0].Sides[1].P50Ms = 0.2 // ratios 2, 1.01, 1.1: median 1.1
-	if got := target(t, r, name); got.status() != "missed c1" {
-		t.Errorf("status target with a median of 1.1 at c1: %s", got.status())
-	}
-	if got := target(t, r, "(cniless) pod start and removal p50 ≤ 0.80 × (upstream)"); got.status() != "not measured" {
-		t.Errorf("a target of a configuration that did not run is %s", got.status())
-	}
-	calls := 1.0
-	r.Pairs = append(r.Pairs, &PairRun{Config: cfgOnePlugin, Events: 4, EventCalls: &calls})
 	events := "plugin calls caused by CRI container events = 0 (C7), every round of every plugin configuration"
-	if got := target(t, r, events); got.status() != "missed" {
-		t.Errorf("one plugin call for container events: %q, want missed", got.status())
-	}
-	r.Pairs[len(r.Pairs)-1].Events = 2 // the events did not all arrive: the round proves nothing
-	if got := target(t, r, events); got.status() != "not measured" {
-		t.Errorf("without every event: %s, want not measured", got.status())
+	for _, c := range []struct {
+		change       func()
+		target, want string
+	}{
+		{nil, name, "missed c1"},
+		{nil, "(cniless) pod start and removal p50 ≤ 0.80 × (upstream)", "not measured"}, // cniless did not run
+		{func() { r.Pairs = append(r.Pairs, &PairRun{Config: cfgOnePlugin, Events: 4, EventCalls: new(1.0)}) }, events, "missed"},
+		{func() { r.Pairs[len(r.Pairs)-1].Events = 2 }, events, "not measured"}, // the events did not all arrive: no proof
+	} {
+		if c.change != nil {
+			c.change()
+		}
+		if got := target(t, r, c.target)[3]; got != c.want {
+			t.Errorf("%s: %s, want %s", c.target, got, c.want)
+		}
 	}
 }
 
 func TestPluginsAreJudgedAgainstOnePlugin(t *testing.T) {
 	r := &report{Pairs: []*PairRun{
-		pair(cfgOnePlugin, 1, [2]float64{0.1, 0.5}, [2]float64{}), pair(cfgSlowPlugin, 1, [2]float64{0.1, 55.55}, [2]float64{}),
-		pair(cfgOnePlugin, 2, [2]float64{0.2, 0.8}, [2]float64{}), pair(cfgThreePlugins, 2, [2]float64{0.1, 0.5}, [2]float64{}),
+		pair(cfgOnePlugin, 1, [2]float64{2, 10}, [2]float64{}), pair(cfgSlowPlugin, 1, [2]float64{0.1, 84}, [2]float64{}),
+		pair(cfgOnePlugin, 2, [2]float64{10, 40}, [2]float64{}), pair(cfgThreePlugins, 2, [2]float64{0.1, 0.5}, [2]float64{}),
 	}}
-	// 55.55 / (50 + the median of 0.5 and 0.8), 5 / the median of 5 and 4 (the paired ratios); no c16.
-	slow := target(t, r, "(knext-1-slow-plugin) PodSandboxStatus p50 ≤ 1.20 × (50ms + (knext-1-plugin))").Parts
-	three := target(t, r, "(knext-3-plugins) PodSandboxStatus p50 ≤ 1.20 × (knext-1-plugin)")
-	if slow[0].Measured == nil || math.Abs(slow[0].Measured.Median-55.55/50.65) > 1e-9 || slow[1].Measured != nil ||
-		three.Parts[0].Measured == nil || math.Abs(three.Parts[0].Measured.Median-5/4.5) > 1e-9 || three.status() != "met" {
-		t.Errorf("slow plugin %+v, three plugins %+v (%s)", slow, three.Parts, three.status())
+	// 84 / (50 + the median of 10 and 40), 5 / the median of 5 and 4 (the paired ratios); no c16.
+	for name, want := range map[string][]string{
+		"(knext-1-slow-plugin) PodSandboxStatus p50 ≤ 1.20 × (50ms + (knext-1-plugin))": {"c1 1.12; c16 –; c1 verbose –; c16 verbose –", "", "met"},
+		"(knext-3-plugins) PodSandboxStatus p50 ≤ 1.20 × (knext-1-plugin)":              {"c1 1.11; c16 –; c1 verbose –; c16 verbose –", "", "met"},
+	} {
+		if got := target(t, r, name); !slices.Equal(got[1:], want) {
+			t.Errorf("%s: %q, want %q", name, got[1:], want)
+		}
 	}
 }
 
 func TestTablesShowEveryMeasuredConfiguration(t *testing.T) {
-	r := testReport()
-	var status, steps Table
-	for _, table := range r.tables() {
-		switch table.ID {
-		case "status":
-			status = table
-		case "steps":
-			steps = table
+	overhead := pair(cfgOnePlugin, 1, [2]float64{0.2, 0.5}, [2]float64{})
+	overhead.Ping = map[int]Load{1: {P50Ms: 0.25}}
+	scale := []ScaleSample{{Config: cfgUpstream, Round: 1, SweepMs: 100}, {Config: cfgUpstream, Round: 2, SweepMs: 200},
+		{Config: cfgOnePlugin, Round: 1, SweepMs: 150}, {Config: cfgOnePlugin, Round: 2, SweepMs: 500}}
+	none := []string{"–", "–", "–", "–", "–", "–"}
+	for _, c := range []struct {
+		r    *report
+		id   string
+		want [][]string
+	}{
+		// upstream: every pair's side 0 (0.1, 0.5, 0.1, 0.1); the others' ratios paired by round, with their range.
+		{testReport(), "status", [][]string{append([]string{"upstream", "0.100", "–"}, none...),
+			append([]string{"knext", "0.110", "1.01 [1.01–1.10]"}, none...), append([]string{"upstream-again", "0.090", "0.90"}, none...)}},
+		// CNI's setup at 2 calls per pod and its median time over the rounds; nothing at c8.
+		{testReport(), "steps", [][]string{{"upstream", "CNI set_up_pod", "2.00", "50.00", "–"},
+			{"knext", "CNI set_up_pod", "2.00", "55.00", "–"}, {"upstream-again", "CNI set_up_pod", "2.00", "50.00", "–"}}},
+		// (0.5 - 0.2 - 0.25) / 0.2; nothing at c16.
+		{&report{Configurations: configurations(), Pairs: []*PairRun{overhead}}, "overhead", [][]string{{cfgOnePlugin, "0.250", "0.25", "–", "–"}}},
+		// A sweep against upstream's of the same round: 1.5 and 2.5; no ratio of upstream to itself.
+		{&report{Scale: scale}, "scale", [][]string{{"upstream", "150.0", "–", "0.000", "0.00", "0.00", "–", "–", "–", "–"},
+			{"knext-1-plugin", "325.0", "2.00 [1.50–2.50]", "0.000", "0.00", "0.00", "–", "–", "–", "–"}}},
+	} {
+		tables := c.r.tables()
+		i := slices.IndexFunc(tables, func(t Table) bool { return t.ID == c.id })
+		if got := tables[i].Rows; !slices.EqualFunc(got, c.want, slices.Equal) {
+			t.Errorf("%s rows = %q, want %q", c.id, got, c.want)
 		}
 	}
-	if len(status.Rows) != 3 || status.Rows[0][0] != cfgUpstream || status.Rows[1][0] != cfgKnext {
-		t.Fatalf("status rows = %v, want upstream, knext and upstream-again", status.Rows)
-	}
-	// upstream: every pair's side 0 (0.1, 0.5, 0.1, 0.1); knext: its ratios with their range.
-	if status.Rows[0][1] != "0.100" || status.Rows[0][2] != "–" || status.Rows[1][2] != "1.01 [1.01–1.10]" {
-		t.Errorf("status rows = %v", status.Rows)
-	}
-	if len(steps.Rows) != 3 || steps.Rows[1][1] != "CNI set_up_pod" || steps.Rows[1][2] != "2.00" || steps.Rows[1][3] != "55.00" {
-		t.Errorf("steps = %v, want CNI set_up_pod of knext at 2 calls per pod, a median of 55 ms", steps.Rows)
-	}
-	if md := status.markdown(); !strings.Contains(md, "| configuration | c1 p50 ms | × upstream |") || !strings.Contains(md, "| knext | 0.110 | 1.01 [1.01–1.10] |") {
+	if md := testReport().tables()[1].markdown(); !strings.Contains(md, "| configuration | c1 p50 ms | × upstream |") || !strings.Contains(md, "| knext | 0.110 | 1.01 [1.01–1.10] |") {
 		t.Errorf("markdown:\n%s", md)
-	}
-}
-
-func TestScaleRatiosPairTheRounds(t *testing.T) {
-	r := &report{Scale: []ScaleSample{
-		{Config: cfgUpstream, Round: 1, SweepMs: 100}, {Config: cfgUpstream, Round: 2, SweepMs: 200},
-		{Config: cfgOnePlugin, Round: 1, SweepMs: 150}, {Config: cfgOnePlugin, Round: 2, SweepMs: 500},
-	}}
-	sweep := func(s ScaleSample) float64 { return s.SweepMs }
-	if got := spread(r.scaleValues(cfgOnePlugin, sweep, true)); got.Min != 1.5 || got.Max != 2.5 {
-		t.Errorf("sweep ratios = %+v, want 1.5 and 2.5", got)
-	}
-	if got := r.scaleValues(cfgUpstream, sweep, true); got != nil {
-		t.Errorf("upstream's ratio to itself = %v, want none", got)
 	}
 }
 
@@ -136,7 +130,7 @@ func TestFillRegionsReplacesEveryRegion(t *testing.T) {
 func TestBarChartIsAnSVGWithABarPerFigure(t *testing.T) {
 	r := testReport()
 	for _, logScale := range []bool{false, true} {
-		svg := barChart("p50", logScale, configKeys(r.Configurations), r.statusColumns(variants[:1], false))
+		svg := barChart("p50", logScale, configKeys(r.Configurations), r.p50Columns(statusFigures(variants[:1]), " p50 ms", "%.3f", false))
 		var doc struct {
 			Rects []struct{} `xml:"rect"`
 		}
@@ -153,17 +147,5 @@ func TestBarChartIsAnSVGWithABarPerFigure(t *testing.T) {
 	}
 	if scale, ticks := logAxis(0.2, 60); len(ticks) != 4 || ticks[0] != 0.1 || scale(1) < 0.333 || scale(1) > 0.334 {
 		t.Errorf("log axis of 0.2..60: ticks %v", ticks)
-	}
-}
-
-func TestOverheadIsTheQueryBeyondUpstreamsAndTheRoundTrip(t *testing.T) {
-	run := pair(cfgOnePlugin, 1, [2]float64{0.2, 0.5}, [2]float64{})
-	run.Ping = map[int]Load{1: {P50Ms: 0.25}}
-	r := &report{Configurations: configurations(), Pairs: []*PairRun{run}}
-	for _, table := range r.tables() {
-		// (0.5 - 0.2 - 0.25) / 0.2; nothing at c16.
-		if want := []string{cfgOnePlugin, "0.250", "0.25", "–", "–"}; table.ID == "overhead" && !slices.Equal(table.Rows[0], want) {
-			t.Errorf("overhead rows = %v, want %v", table.Rows, want)
-		}
 	}
 }

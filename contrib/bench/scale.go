@@ -1,11 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log"
-	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -74,9 +74,7 @@ func (in *instance) waitAnswered(ctx context.Context) error {
 		var last error
 		pending = slices.DeleteFunc(pending, func(id string) bool {
 			err := in.checkPod(ctx, id)
-			if err != nil {
-				last = err
-			}
+			last = cmp.Or(err, last)
 			return err == nil
 		})
 		return last
@@ -115,13 +113,12 @@ func (in *instance) measureScale(ctx context.Context, round int) (_ ScaleSample,
 		return sample, err
 	}
 	sample.ReadySeconds = time.Since(start).Seconds()
-	exited := in.plugins
-	in.plugins = nil
-	for _, p := range exited {
+	for _, p := range in.plugins { // exited: reaped, to be started again
 		if err := p.proc.Stop(); err != nil {
 			return sample, err
 		}
 	}
+	in.plugins = nil
 	if err := in.launchPlugins(); err != nil {
 		return sample, err
 	}
@@ -129,10 +126,8 @@ func (in *instance) measureScale(ctx context.Context, round int) (_ ScaleSample,
 		return sample, err
 	}
 	sample.AnsweredSeconds = time.Since(start).Seconds()
-	for _, p := range in.plugins { // untimed, before they are stopped
-		if err := in.waitSynchronized(ctx, p); err != nil {
-			return sample, err
-		}
+	if err := in.waitSynchronized(ctx); err != nil { // untimed, before they are stopped
+		return sample, err
 	}
 	log.Printf("bench: scale %s round %d: sweep %.1f ms; restart: CRI after %.2f s, every pod answered after %.2f s",
 		in.c.Key, round, sample.SweepMs, sample.ReadySeconds, sample.AnsweredSeconds)
@@ -171,9 +166,6 @@ func (in *instance) persistedBytes() (PersistedBytes, error) {
 }
 
 func readBolt(path string, fn func(*bolt.Tx) error) error {
-	if _, err := os.Stat(path); err != nil {
-		return err
-	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: 5 * time.Second})
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)

@@ -26,10 +26,7 @@ func Serve(ctx context.Context, l net.Listener) error {
 			return &emptypb.Empty{}, unmarshal(&emptypb.Empty{})
 		},
 	}})
-	go func() {
-		<-ctx.Done()
-		server.Close()
-	}()
+	defer context.AfterFunc(ctx, func() { server.Close() })()
 	if err := server.Serve(ctx, l); err != nil && !errors.Is(err, ttrpc.ErrServerClosed) && ctx.Err() == nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"hash/fnv"
+	"log"
 	"net"
 	"net/netip"
 	"os"
@@ -31,9 +32,7 @@ type plugin struct {
 	delay     time.Duration // spent before each answer
 	prefix    netip.Addr    // a pod's IP is the prefix with a hash of the pod's ID as its last 32 bits
 	readyFile string
-
-	mu  sync.Mutex
-	ips map[string]string // pod sandbox ID -> its IP
+	ips       sync.Map // pod sandbox ID -> its IP, a string
 }
 
 // remember gives pod its IP and returns it. The IP depends on the pod only, so that a restarted
@@ -44,9 +43,7 @@ func (p *plugin) remember(pod *api.PodSandbox) string {
 	addr := p.prefix.As16()
 	binary.BigEndian.PutUint32(addr[12:], hash.Sum32())
 	ip := netip.AddrFrom16(addr).String()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.ips[pod.Id] = ip
+	p.ips.Store(pod.Id, ip)
 	return ip
 }
 
@@ -63,9 +60,7 @@ func (p *plugin) RunPodSandbox(_ context.Context, pod *api.PodSandbox) error {
 }
 
 func (p *plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.ips, pod.Id)
+	p.ips.Delete(pod.Id)
 	return nil
 }
 
@@ -77,22 +72,19 @@ func (p *plugin) PodSandboxStatus(ctx context.Context, pod *api.PodSandbox) (*ap
 			return nil, ctx.Err()
 		}
 	}
-	p.mu.Lock()
-	ip, ok := p.ips[pod.Id]
-	p.mu.Unlock()
+	ip, ok := p.ips.Load(pod.Id)
 	switch {
 	case !ok:
 		return &api.PodSandboxStatusResponse{}, nil // not our pod
 	case p.primary:
-		return &api.PodSandboxStatusResponse{Ip: ip}, nil
+		return &api.PodSandboxStatusResponse{Ip: ip.(string)}, nil
 	default:
-		return &api.PodSandboxStatusResponse{AdditionalIps: []string{ip}}, nil
+		return &api.PodSandboxStatusResponse{AdditionalIps: []string{ip.(string)}}, nil
 	}
 }
 
-// runReporter reports a pod's IP, as its primary IP, in its RunPodSandbox answer. It has no
-// PodSandboxStatus method (the plugin is a field, not embedded), so the stub does not subscribe
-// it to status queries.
+// runReporter reports a pod's primary IP in its RunPodSandbox answer. Without a PodSandboxStatus
+// method (the plugin is a field, not embedded) the stub does not subscribe it to status queries.
 type runReporter struct{ p *plugin }
 
 func (r runReporter) Synchronize(ctx context.Context, pods []*api.PodSandbox, containers []*api.Container) ([]*api.ContainerUpdate, error) {
@@ -112,52 +104,44 @@ func main() {
 	name := flag.String("name", "bench-status", "plugin name")
 	index := flag.String("idx", "50", "plugin index (two digits)")
 	prefix := flag.String("prefix", "2001:db8:1::", "IPv6 prefix of the IPs this plugin reports")
-	readyFile := flag.String("ready-file", "", "file to create once synchronized (required)")
 	pingSocket := flag.String("ping-socket", "", "unix socket to serve the no-op ttrpc ping service on (optional)")
-	p := &plugin{ips: map[string]string{}}
+	p := &plugin{}
+	flag.StringVar(&p.readyFile, "ready-file", "", "file to create once synchronized (required)")
 	flag.BoolVar(&p.primary, "primary", false, "report the pod's primary IP instead of an additional one")
 	flag.DurationVar(&p.delay, "delay", 0, "time spent on each PodSandboxStatus answer")
 	atRun := flag.Bool("at-run-pod-sandbox", false, "report the primary IP in the RunPodSandbox answer, not subscribed to PodSandboxStatus")
 	flag.Parse()
+	log.SetFlags(0)
+	log.SetPrefix(fmt.Sprintf("statusplugin %s-%s: ", *index, *name))
 	var err error
-	if p.prefix, err = netip.ParseAddr(*prefix); err != nil || !p.prefix.Is6() || *readyFile == "" {
-		err = fmt.Errorf("-prefix %q must be an IPv6 address, -ready-file %q set", *prefix, *readyFile)
+	if p.prefix, err = netip.ParseAddr(*prefix); err != nil || !p.prefix.Is6() || p.readyFile == "" {
+		log.Fatalf("-prefix %q must be an IPv6 address, -ready-file %q set", *prefix, p.readyFile)
 	}
-	if err == nil {
-		p.readyFile = *readyFile
-		err = run(p, *nriSocket, *name, *index, *pingSocket, *atRun)
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "statusplugin %s-%s: %v\n", *index, *name, err)
-		os.Exit(1)
-	}
-}
-
-func run(p *plugin, nriSocket, name, index, pingSocket string, atRun bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if pingSocket != "" {
-		os.Remove(pingSocket)
-		l, err := net.Listen("unix", pingSocket)
+	if *pingSocket != "" {
+		os.Remove(*pingSocket)
+		l, err := net.Listen("unix", *pingSocket)
 		if err != nil {
-			return err
+			log.Fatal(err)
 		}
 		go func() {
 			if err := ping.Serve(ctx, l); err != nil {
-				fmt.Fprintf(os.Stderr, "statusplugin %s-%s: ping socket: %v\n", index, name, err)
+				log.Printf("ping socket: %v", err)
 			}
 		}()
 	}
 	var handlers any = p
-	if atRun {
+	if *atRun {
 		handlers = runReporter{p}
 	}
-	s, err := stub.New(handlers, stub.WithSocketPath(nriSocket), stub.WithPluginName(name), stub.WithPluginIdx(index))
+	s, err := stub.New(handlers, stub.WithSocketPath(*nriSocket), stub.WithPluginName(*name), stub.WithPluginIdx(*index))
+	if err == nil {
+		if err = s.Run(ctx); ctx.Err() != nil {
+			err = nil
+		}
+	}
 	if err != nil {
-		return err
+		log.Fatalf("NRI connection on %s: %v", *nriSocket, err)
 	}
-	if err := s.Run(ctx); err != nil && ctx.Err() == nil {
-		return fmt.Errorf("NRI connection on %s: %w", nriSocket, err)
-	}
-	return nil
 }

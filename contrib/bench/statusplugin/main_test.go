@@ -13,8 +13,7 @@ import (
 )
 
 func newTestPlugin(t *testing.T, primary bool, delay time.Duration) *plugin {
-	return &plugin{primary: primary, delay: delay, prefix: netip.MustParseAddr("2001:db8:7::"), ips: map[string]string{},
-		readyFile: filepath.Join(t.TempDir(), "ready")}
+	return &plugin{primary: primary, delay: delay, prefix: netip.MustParseAddr("2001:db8:7::"), readyFile: filepath.Join(t.TempDir(), "ready")}
 }
 
 var ownPrefix = netip.MustParsePrefix("2001:db8:7::/64")
@@ -23,35 +22,26 @@ func TestAnswersFromMemoryOnceSynchronized(t *testing.T) {
 	ctx := context.Background()
 	p := newTestPlugin(t, true, 0)
 	pod := &api.PodSandbox{Id: "pod-1"}
-	if _, err := p.Synchronize(ctx, []*api.PodSandbox{pod}, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(p.readyFile); err != nil {
-		t.Errorf("no ready file after Synchronize: %v", err)
+	_, syncErr := p.Synchronize(ctx, []*api.PodSandbox{pod}, nil)
+	if _, err := os.Stat(p.readyFile); syncErr != nil || err != nil {
+		t.Fatalf("Synchronize: %v, and its ready file: %v", syncErr, err)
 	}
 	resp, err := p.PodSandboxStatus(ctx, pod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ip, err := netip.ParseAddr(resp.Ip)
-	if err != nil || !ownPrefix.Contains(ip) || len(resp.AdditionalIps) != 0 {
-		t.Errorf("answer %v, want a primary IP in %s and nothing else", resp, ownPrefix)
+	ip, parseErr := netip.ParseAddr(resp.GetIp())
+	if err != nil || parseErr != nil || !ownPrefix.Contains(ip) || len(resp.AdditionalIps) != 0 {
+		t.Errorf("answer %v (%v), want a primary IP in %s and nothing else", resp, err, ownPrefix)
 	}
 
 	// The IP depends on the pod only: a restarted plugin answers the same.
 	again := newTestPlugin(t, false, 0)
-	if err := again.RunPodSandbox(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	if resp, _ := again.PodSandboxStatus(ctx, pod); resp.Ip != "" || len(resp.AdditionalIps) != 1 || resp.AdditionalIps[0] != ip.String() {
-		t.Errorf("additional-IP plugin answered %v, want only additional %s", resp, ip)
+	runErr := again.RunPodSandbox(ctx, pod)
+	if resp, _ := again.PodSandboxStatus(ctx, pod); runErr != nil || resp.Ip != "" || len(resp.AdditionalIps) != 1 || resp.AdditionalIps[0] != ip.String() {
+		t.Errorf("additional-IP plugin answered %v (RunPodSandbox: %v), want only additional %s", resp, runErr, ip)
 	}
 
-	if err := p.RemovePodSandbox(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	if resp, _ := p.PodSandboxStatus(ctx, pod); resp.Ip != "" || len(resp.AdditionalIps) != 0 {
-		t.Errorf("answer for a removed pod %v, want empty", resp)
+	removeErr := p.RemovePodSandbox(ctx, pod)
+	if resp, _ := p.PodSandboxStatus(ctx, pod); removeErr != nil || resp.Ip != "" || len(resp.AdditionalIps) != 0 {
+		t.Errorf("answer for a removed pod %v (RemovePodSandbox: %v), want empty", resp, removeErr)
 	}
 }
 
@@ -72,14 +62,11 @@ func TestRunReporterAnswersAtRunPodSandboxOnly(t *testing.T) {
 	}
 	pod := &api.PodSandbox{Id: "pod-1"}
 	adjust, err := runReporter{p}.RunPodSandbox(context.Background(), pod)
-	if err != nil {
-		t.Fatal(err)
+	if ips := adjust.GetNetwork().GetIps(); err != nil || len(ips) != 1 || !ownPrefix.Contains(netip.MustParseAddr(ips[0])) {
+		t.Fatalf("RunPodSandbox answer %v (%v), want one IP in %s", ips, err, ownPrefix)
 	}
-	ips := adjust.GetNetwork().GetIps()
-	if len(ips) != 1 || !ownPrefix.Contains(netip.MustParseAddr(ips[0])) {
-		t.Errorf("RunPodSandbox answer %v, want one IP in %s", ips, ownPrefix)
-	}
-	if resp, _ := p.PodSandboxStatus(context.Background(), pod); resp.Ip != ips[0] {
-		t.Errorf("the reporter's state has %q for the pod, want %q", resp.Ip, ips[0])
+	ip := adjust.GetNetwork().GetIps()[0]
+	if resp, _ := p.PodSandboxStatus(context.Background(), pod); resp.Ip != ip {
+		t.Errorf("the reporter's state has %q for the pod, want %q", resp.Ip, ip)
 	}
 }
