@@ -6,9 +6,10 @@
 # containerds' logs go to $CRI_LOG_DIR (default build/test-logs/cri-integration-<daemon>).
 #
 # The test binary, its failpoint shim and CNI plugin come from the same source as the daemon: the
-# patched tree for knext (no patch touches the package), the pristine module for upstream. The
-# binary is built with -race, as knext builds every test of code it patches: the tests run NRI's
-# stub in-process. Flags are upstream's own (script/test/cri-integration.sh): -cri-endpoint,
+# patched tree for knext (no patch touches the package), the pristine module for upstream. Build
+# and flags are upstream's own (Makefile, script/test/cri-integration.sh): no -race (the race
+# detector finds one in upstream's test harness, which builds in-process containerds in parallel
+# tests; knext's own suites run the patched packages' tests with -race), -cri-endpoint,
 # -containerd-bin, -build-dir, -image-list.
 #
 # -quick runs the tests of NRI and of containerd restarts only (every TestNri*,
@@ -294,7 +295,7 @@ trap 'cleanup || true' EXIT
 
 log "building the test binary and its helpers from $test_source into $bin"
 (cd "$test_source" &&
-	env "${test_env[@]}" go test -race -c -o "$bin/cri-integration.test" ./integration &&
+	env "${test_env[@]}" go test -c -o "$bin/cri-integration.test" ./integration &&
 	env "${test_env[@]}" CGO_ENABLED=0 go build -o "$bin/" ./integration/failpoint/cmd/containerd-shim-runc-fp-v1 \
 		./integration/failpoint/cmd/loopback-v2 &&
 	env "${test_env[@]}" go build -o "$bin/" ./integration/failpoint/cmd/cni-bridge-fp) >&2
