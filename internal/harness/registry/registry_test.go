@@ -287,7 +287,8 @@ func TestServesOtherSites(t *testing.T) {
 		Listen:   "127.0.0.1:0",
 		Archives: []string{writeArchive(t, pauseImage)},
 		Sites: map[string]http.Handler{"downloads.example": http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-			io.WriteString(w, "download of "+req.URL.Path)
+			w.Header().Set("Requested-Path", req.URL.Path)
+			io.WriteString(w, "downloads.example")
 		})},
 		Log: log.New(t.Output(), "", 0),
 	})
@@ -302,8 +303,8 @@ func TestServesOtherSites(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || string(body) != "download of /release.tar.gz" {
-		t.Errorf("GET of the site: %d %q", resp.StatusCode, body)
+	if path := resp.Header.Get("Requested-Path"); resp.StatusCode != http.StatusOK || string(body) != "downloads.example" || path != "/release.tar.gz" {
+		t.Errorf("GET of the site: %d %q for path %q", resp.StatusCode, body, path)
 	}
 	if _, err := remote.Head(name.MustParseReference(pauseName), remote.WithTransport(c.Transport)); err != nil {
 		t.Errorf("the images are still served beside the site: %v", err)

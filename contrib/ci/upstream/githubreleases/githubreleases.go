@@ -6,7 +6,6 @@
 package githubreleases
 
 import (
-	"crypto/sha1"
 	"fmt"
 	"net/http"
 	"os"
@@ -49,12 +48,12 @@ func Handler(dir string) (http.Handler, error) {
 	})
 	// The dumb HTTP protocol's ref list, which git falls back to when the answer is not the smart
 	// protocol's content type: one "<object id>\t<ref>" line per ref. No object is ever fetched, so
-	// a tag's object id only has to be a well-formed one.
+	// a tag's object id only has to be a well-formed one: its index, in 40 hex digits.
 	mux.HandleFunc("GET /containerd/containerd.git/info/refs", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		var refs strings.Builder
-		for _, tag := range tags {
-			fmt.Fprintf(&refs, "%x\trefs/tags/%s\n", sha1.Sum([]byte(tag)), tag)
+		for i, tag := range tags {
+			fmt.Fprintf(&refs, "%040x\trefs/tags/%s\n", i+1, tag)
 		}
 		fmt.Fprint(w, refs.String())
 	})
