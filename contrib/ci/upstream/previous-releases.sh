@@ -43,10 +43,11 @@ exec "$real" --config "$wrapped" "$@"
 SH
 }
 
-sandbox_images=$out/sandbox-images
-: >"$sandbox_images.tmp"
-stage=
-trap 'rm -rf "$stage" "$sandbox_images.tmp" "$out/.containerd.tmp"' EXIT
+# Several suites may run this at once: each works in a scratch directory of its own and moves
+# what it made into place.
+scratch=$(mktemp -d "$out/.scratch.XXXXXX")
+trap 'rm -rf "$scratch"' EXIT
+: >"$scratch/sandbox-images"
 for version in $(grep -v '^#' "$KNEXT_ROOT/contrib/ci/upstream/previous-releases"); do
 	tarball=$out/containerd-${version#v}-linux-$arch.tar.gz
 	if [ ! -f "$tarball" ]; then
@@ -59,7 +60,7 @@ for version in $(grep -v '^#' "$KNEXT_ROOT/contrib/ci/upstream/previous-releases
 		dir=$(GOWORK=off GOFLAGS=-mod=mod go mod download -json "$module@$version" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
 		[ -n "$dir" ] || die "cannot download $module@$version from the Go module proxy"
 		echo "building containerd $version from $dir" >&2
-		stage=$(mktemp -d "$out/.stage.XXXXXX")
+		stage=$scratch/stage
 		ldflags="-s -w -X $module/version.Version=$version -X $module/version.Package=github.com/containerd/containerd"
 		# As upstream's release builds: no man pages in the daemon, shims static and without gRPC;
 		# no btrfs (its headers are not installed, and no test uses it). Some releases' module
@@ -73,15 +74,16 @@ for version in $(grep -v '^#' "$KNEXT_ROOT/contrib/ci/upstream/previous-releases
 		done
 		wrapper >"$stage/bin/containerd"
 		chmod 755 "$stage/bin/containerd"
-		tar -C "$stage" -czf "$tarball.tmp" --owner=0 --group=0 bin
-		mv "$tarball.tmp" "$tarball"
+		tar -C "$stage" -czf "$scratch/tarball" --owner=0 --group=0 bin
+		mv "$scratch/tarball" "$tarball"
 		rm -rf "$stage"
 	fi
 	# 1.x: sandbox_image = "..."; 2.x: sandbox = '...' (pinned_images).
-	tar -xzOf "$tarball" bin/real/containerd >"$out/.containerd.tmp"
-	chmod 755 "$out/.containerd.tmp"
-	"$out/.containerd.tmp" config default | sed -n "s/^ *sandbox\(_image\)\? = [\"']\([^\"']*\)[\"']\$/\2/p" >>"$sandbox_images.tmp"
-	rm -f "$out/.containerd.tmp"
+	tar -xzOf "$tarball" bin/real/containerd >"$scratch/containerd"
+	chmod 755 "$scratch/containerd"
+	"$scratch/containerd" config default | sed -n "s/^ *sandbox\(_image\)\? = [\"']\([^\"']*\)[\"']\$/\2/p" >>"$scratch/sandbox-images"
+	rm -f "$scratch/containerd"
 	echo "$tarball"
 done
-sort -u "$sandbox_images.tmp" >"$sandbox_images" && rm -f "$sandbox_images.tmp"
+sort -u "$scratch/sandbox-images" >"$scratch/sandbox-images.sorted"
+mv "$scratch/sandbox-images.sorted" "$out/sandbox-images"
