@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# cri-integration.sh [-daemon knext|upstream] [-quick]: containerd's own CRI integration tests
-# (the package integration of the pinned module, every test that builds on Linux) against one
-# daemon: knext (build/bin) or upstream containerd built from the pristine module (make upstream,
-# build/upstream/bin). Prints the test2json event stream; containerd's, the registry's and the test
-# containerds' logs go to $CRI_LOG_DIR (default build/test-logs/cri-integration-<daemon>).
+# cri-integration.sh [-daemon knext|upstream] [-quick | -run REGEXP]: containerd's own CRI
+# integration tests (the package integration of the pinned module, every test that builds on
+# Linux) against one daemon: knext (build/bin) or upstream containerd built from the pristine
+# module (make upstream, build/upstream/bin). Prints the test2json event stream; containerd's, the
+# registry's and the test containerds' logs go to $CRI_LOG_DIR (default
+# build/test-logs/cri-integration-<daemon>).
 #
 # The test binary, its failpoint shim and CNI plugin come from the same source as the daemon: the
 # patched tree for knext (no patch touches the package), the pristine module for upstream. Build
@@ -14,7 +15,7 @@
 #
 # -quick runs the tests of NRI and of containerd restarts only (every TestNri*,
 # TestUpdatePodSandboxWithRestart, restart_test.go, restart_linux_test.go, issue7496*.go), a few
-# minutes instead of the whole package.
+# minutes instead of the whole package; -run only the tests matching REGEXP (go test's -run).
 #
 # What the whole package needs, none of it downloaded (see docs/conformance.md):
 #   - the environment of upstream's CI (script/setup, script/test/utils.sh): containerd's config,
@@ -43,8 +44,9 @@ if [ "${1:-}" != --inside ]; then
 	while [ $# -gt 0 ]; do
 		case $1 in
 		-daemon) DAEMON=$2 && shift 2 ;;
+		-run) TESTS=$2 && shift 2 ;;
 		-quick) TESTS='^(TestNri.*|TestUpdatePodSandboxWithRestart|TestContainerdRestart.*|TestReload100Pods|TestIssue7496.*|TestKillShim.*|TestShutdownShimWhenPauseExitsBeforeWorkload)$' && shift ;;
-		*) die "usage: $0 [-daemon knext|upstream] [-quick]" ;;
+		*) die "usage: $0 [-daemon knext|upstream] [-quick | -run REGEXP]" ;;
 		esac
 	done
 fi
@@ -358,8 +360,17 @@ export DAEMON DAEMON_BIN RESTART_WAIT_PERIOD CTRD_ROOT CTRD_STATE CTRD_SOCK NRI_
 export PATH="$DAEMON_BIN:$BUILD_DIR/bin:$bin:/usr/local/bin:$PATH"
 # Arrays do not cross exec; the inner script gets them as words (none contains a space).
 # --kill-child: if unshare dies, PID 1 of the namespace dies, and with it every process in it.
-REGISTRY_ARGS_WORDS="${REGISTRY_ARGS[*]}" REGISTRY_HOSTS_WORDS="${REGISTRY_HOSTS[*]}" \
-	unshare --kill-child=SIGKILL --cgroup --mount --net --pid --fork --mount-proc "$self" --inside "$work" &
+# Only standard input, output and error go in: a descriptor left open by whoever runs this (a CI
+# runner's pipe) would reach containerd and every shim, where TestContainerIOLeakAfterStartFailed
+# counts a shim's pipes.
+(
+	for fd in /proc/$BASHPID/fd/*; do
+		fd=${fd##*/}
+		if [ "$fd" -gt 2 ] && [ "$fd" != 255 ]; then eval "exec $fd>&-"; fi
+	done
+	REGISTRY_ARGS_WORDS="${REGISTRY_ARGS[*]}" REGISTRY_HOSTS_WORDS="${REGISTRY_HOSTS[*]}" \
+		exec unshare --kill-child=SIGKILL --cgroup --mount --net --pid --fork --mount-proc "$self" --inside "$work"
+) &
 ns_pid=$!
 trap 'kill "$ns_pid" 2>/dev/null' INT TERM
 status=0
