@@ -4,8 +4,9 @@
 # (OUT_DIR/containerd-<version without v>-linux-<arch>.tar.gz: bin/containerd,
 # bin/containerd-shim-runc-v2 and, for 1.x, bin/containerd-shim-runc-v1). A tarball that exists is
 # not built again: a release never changes. Prints the tarballs' paths, one a line, and writes
-# OUT_DIR/sandbox-images: each release's default sandbox image, which a containerd the tests start
-# with a config of their own pulls.
+# OUT_DIR/sandbox-images: each release's default sandbox image (kept per release beside its
+# tarball, as <tarball without .tar.gz>.sandbox-image), which a containerd the tests start with a
+# config of their own pulls.
 #
 # bin/containerd is a wrapper (named containerd, so that pkill and pidof see it as the tests
 # expect) that runs the release's daemon, bin/real/containerd, with a copy of the test's config
@@ -78,11 +79,18 @@ for version in $(grep -v '^#' "$KNEXT_ROOT/contrib/ci/upstream/previous-releases
 		mv "$scratch/tarball" "$tarball"
 		rm -rf "$stage"
 	fi
+	# The release's default sandbox image, read once from its daemon (a release never changes).
 	# 1.x: sandbox_image = "..."; 2.x: sandbox = '...' (pinned_images).
-	tar -xzOf "$tarball" bin/real/containerd >"$scratch/containerd"
-	chmod 755 "$scratch/containerd"
-	"$scratch/containerd" config default | sed -n "s/^ *sandbox\(_image\)\? = [\"']\([^\"']*\)[\"']\$/\2/p" >>"$scratch/sandbox-images"
-	rm -f "$scratch/containerd"
+	sandbox_image=${tarball%.tar.gz}.sandbox-image
+	if [ ! -f "$sandbox_image" ]; then
+		tar -xzOf "$tarball" bin/real/containerd >"$scratch/containerd"
+		chmod 755 "$scratch/containerd"
+		"$scratch/containerd" config default |
+			sed -n "s/^ *sandbox\(_image\)\? = [\"']\([^\"']*\)[\"']\$/\2/p" >"$scratch/sandbox-image"
+		mv "$scratch/sandbox-image" "$sandbox_image"
+		rm -f "$scratch/containerd"
+	fi
+	cat "$sandbox_image" >>"$scratch/sandbox-images"
 	echo "$tarball"
 done
 sort -u "$scratch/sandbox-images" >"$scratch/sandbox-images.sorted"
