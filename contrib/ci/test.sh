@@ -31,7 +31,9 @@ run_suite() {
 	printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$(($(date +%s) - start))" "$(cat "$row" 2>/dev/null)" >>"$results"
 	grep '^DONE ' "$logs/$name.log" | tail -n 1
 	echo "    ($(($(date +%s) - start)) s; log: build/test-logs/$name.log)"
-	if [ "$rc" != 0 ]; then
+	# gotestsum's fourth count is its errors (stderr lines, crashes): they fail the suite even
+	# when its command succeeded, so show them too.
+	if [ "$rc" != 0 ] || [ "$(cut -d' ' -f4 "$row" 2>/dev/null)" != 0 ]; then
 		echo "--- last lines of build/test-logs/$name.log:"
 		tail -n 40 "$logs/$name.log" | sed 's/^/    /'
 	fi

@@ -17,8 +17,14 @@ quick=()
 logs=${LOG_DIR:-$BUILD_DIR/test-logs}
 mkdir -p "$logs"
 
-"$here/cni-plugins.sh" "$BUILD_DIR/cni-plugins" >/dev/null
-"$here/previous-releases.sh" "$BUILD_DIR/previous-releases" >/dev/null
+# What the builds print goes to a log of its own, shown only if they fail: make test reads this
+# script's stderr through gotestsum, which counts every line there as a package error.
+prepare_log=$logs/cri-integration-prepare.log
+if ! { "$here/cni-plugins.sh" "$BUILD_DIR/cni-plugins" &&
+	"$here/previous-releases.sh" "$BUILD_DIR/previous-releases"; } >"$prepare_log" 2>&1; then
+	cat "$prepare_log" >&2
+	die "cri-integration-compare: cannot build the CNI plugins or the previous releases (log: $prepare_log)"
+fi
 
 declare -A pids
 for daemon in knext upstream; do

@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Shared setup of the upstream regression suites. Sourced, never run.
-# Each suite writes the `go test -json` event stream of its tests to stdout and everything else
-# to stderr, and exits non-zero when a test failed or the suite could not run.
+# Each suite writes the `go test -json` event stream of its tests to stdout and exits non-zero
+# when a test failed or the suite could not run. Its stderr is for errors only: make test reads it
+# through gotestsum, which counts every line there as a package error; progress goes to a log.
 #
 # The suites test the materialized trees of the workspace $GOWORK (default: build/go.work of this
 # repository), so they always test exactly what `make build` compiles.
