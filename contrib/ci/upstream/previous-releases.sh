@@ -87,6 +87,9 @@ for version in $(grep -v '^#' "$KNEXT_ROOT/contrib/ci/upstream/previous-releases
 		chmod 755 "$scratch/containerd"
 		"$scratch/containerd" config default |
 			sed -n "s/^ *sandbox\(_image\)\? = [\"']\([^\"']*\)[\"']\$/\2/p" >"$scratch/sandbox-image"
+		# Kept for good, so never kept empty: a release whose default config names its sandbox
+		# image another way needs the pattern above taught, not a test that pulls nothing.
+		[ -s "$scratch/sandbox-image" ] || die "no sandbox image in the default config of containerd $version"
 		mv "$scratch/sandbox-image" "$sandbox_image"
 		rm -f "$scratch/containerd"
 	fi
