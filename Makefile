@@ -58,7 +58,7 @@ RELEASE_DIR := $(BUILD)/release
 export KNEXT_RELEASE := $(RELEASE_DIR)/knext-$(TAG)-linux-$(shell go env GOARCH).tar.gz
 
 .PHONY: all src build upstream images kubelet cluster-tools cluster-images cluster cluster-down release demo test \
-	integration bench bench-doc conformance patches verify verify-proto verify-series upstream-branches upstream-ci clean
+	integration bench bench-doc conformance k8s-conformance patches verify verify-proto verify-series upstream-branches upstream-ci clean
 all: build
 
 src: $(SRC_STAMP)
@@ -175,6 +175,32 @@ $(CRITEST):
 	[ -n "$$dir" ] || { echo "cannot download sigs.k8s.io/cri-tools@$(CRI_TOOLS_VERSION) from the Go module proxy" >&2; exit 1; }; \
 	echo "building critest $(CRI_TOOLS_VERSION) from $$dir"; \
 	GOWORK=off go test -C $$dir -c -o $@ -ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=$(CRI_TOOLS_VERSION:v%=%)" ./cmd/critest
+
+# Kubernetes' own end-to-end suite (e2e.test at the version contrib/kubernetes pins) on a cluster of
+# $(NODES) knext nodes (CNI-less, nri-bridge) and then on one of upstream containerd with CNI,
+# compared spec by spec into docs/conformance.md; not part of `make test`. e2e.test and agnhost are
+# built like the kubelet, once per version; the images the specs run are rebuilt locally on a
+# Debian root file system (mmdebstrap, once). K8S_CONFORMANCE_FOCUS selects the specs (default:
+# sig-network's Conformance specs); K8S_CONFORMANCE_FLAGS adds flags, e.g. "-reruns 1".
+K8S_CONFORMANCE := $(BUILD)/k8s-conformance
+K8S_CONFORMANCE_FOCUS ?= \[sig-network\].*\[Conformance\]
+E2E_ROOTFS := $(K8S_CONFORMANCE)/rootfs-bookworm.tar
+k8s-conformance: build upstream images cluster-images $(E2E_ROOTFS)
+	@contrib/ci/check-deps.sh
+	@contrib/kubernetes/build.sh $(BUILD)/kubernetes e2e.test agnhost >/dev/null
+	go build -o $(K8S_CONFORMANCE)/knext-k8s-conformance ./contrib/k8sconformance
+	@dir=$$(GOWORK=off go mod download -json k8s.io/kubernetes@$(notdir $(patsubst %/,%,$(KNEXT_KUBERNETES_DIR))) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p'); \
+	[ -n "$$dir" ] || { echo "cannot download k8s.io/kubernetes from the Go module proxy" >&2; exit 1; }; \
+	$(K8S_CONFORMANCE)/knext-k8s-conformance images -e2e-test $(KNEXT_KUBERNETES_DIR)e2e.test -rootfs $(E2E_ROOTFS) \
+		-agnhost $(KNEXT_KUBERNETES_DIR)agnhost -agnhost-source $$dir/test/images/agnhost -coredns $(COREDNS) \
+		-pause $(IMAGES)/pause -busybox /bin/busybox -out $(K8S_CONFORMANCE)/e2e-images.tar
+	$(K8S_CONFORMANCE)/knext-k8s-conformance run -e2e-test $(KNEXT_KUBERNETES_DIR)e2e.test \
+		-images $(K8S_CONFORMANCE)/e2e-images.tar -nodes $(NODES) -focus '$(K8S_CONFORMANCE_FOCUS)' \
+		-out $(K8S_CONFORMANCE)/results -doc docs/conformance.md $(K8S_CONFORMANCE_FLAGS)
+
+$(E2E_ROOTFS): contrib/k8sconformance/rootfs.sh
+	@contrib/ci/check-deps.sh
+	contrib/k8sconformance/rootfs.sh $@
 
 patches:
 	@contrib/build/export.sh $(BUILD) patches

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/knext-dev/knext/internal/docregion"
 )
 
 // docMain is `knext-bench doc`: the tables of a report into the page's regions, the plots and the
@@ -46,30 +48,7 @@ func docMain(args []string) error {
 	for _, t := range r.tables() {
 		regions[t.ID] = t.markdown()
 	}
-	text, err := os.ReadFile(*page)
-	if err != nil {
-		return err
-	}
-	updated, err := fillRegions(string(text), regions)
-	if err != nil {
-		return fmt.Errorf("%s: %w", *page, err)
-	}
-	return os.WriteFile(*page, []byte(updated), 0o644)
-}
-
-// fillRegions replaces what stands between each <!-- bench:ID --> and <!-- /bench:ID --> of
-// page with regions[ID]; every region must be there.
-func fillRegions(page string, regions map[string]string) (string, error) {
-	for id, content := range regions {
-		begin, end := "<!-- bench:"+id+" -->", "<!-- /bench:"+id+" -->"
-		before, rest, ok := strings.Cut(page, begin)
-		_, after, okEnd := strings.Cut(rest, end)
-		if !ok || !okEnd {
-			return "", fmt.Errorf("no region %s ... %s", begin, end)
-		}
-		page = before + begin + "\n" + strings.TrimSpace(content) + "\n" + end + after
-	}
-	return page, nil
+	return docregion.FillFile(*page, "bench", regions)
 }
 
 // runMarkdown says which run the figures come from (its report at link): date, machine, binaries

@@ -116,17 +116,6 @@ func TestTablesShowEveryMeasuredConfiguration(t *testing.T) {
 	}
 }
 
-func TestFillRegionsReplacesEveryRegion(t *testing.T) {
-	page := "# P\n<!-- bench:a -->\nold\n<!-- /bench:a -->\ntext\n<!-- bench:b -->\n<!-- /bench:b -->\n"
-	got, err := fillRegions(page, map[string]string{"a": "A\n", "b": "B"})
-	if want := "# P\n<!-- bench:a -->\nA\n<!-- /bench:a -->\ntext\n<!-- bench:b -->\nB\n<!-- /bench:b -->\n"; err != nil || got != want {
-		t.Errorf("fillRegions = %q, %v; want %q", got, err, want)
-	}
-	if _, err := fillRegions(page, map[string]string{"a": "A", "b": "B", "c": "C"}); err == nil {
-		t.Error("content without a region was dropped silently")
-	}
-}
-
 func TestBarChartIsAnSVGWithABarPerFigure(t *testing.T) {
 	r := testReport()
 	for _, logScale := range []bool{false, true} {

@@ -6,6 +6,7 @@
 # is the version MODULE_DIR/go.mod requires of PINNED_MODULE: a cache by version, each binary
 # built only while it is not there. Prints the binaries' paths, one a line; with -path it only
 # prints them. -version-var VAR stamps <version> into the string variable VAR (-ldflags -X).
+# A NAME ending in .test is a test binary: `go test -c` of PACKAGE.
 # Static (CGO_ENABLED=0); everything comes from the Go module proxy.
 set -euo pipefail
 path_only=false version_var=
@@ -34,7 +35,9 @@ for pair in "$@"; do
 		[ -z "$version_var" ] || ldflags+=" -X $version_var=$version"
 		# The tools module is not part of knext's workspace; -mod=readonly keeps its go.mod and
 		# go.sum as committed.
-		GOWORK=off GOFLAGS="-mod=readonly -buildvcs=false" CGO_ENABLED=0 go build -C "$module_dir" -trimpath \
+		command=(build -C "$module_dir")
+		[[ $name != *.test ]] || command=(test -C "$module_dir" -c)
+		GOWORK=off GOFLAGS="-mod=readonly -buildvcs=false" CGO_ENABLED=0 go "${command[@]}" -trimpath \
 			-ldflags "$ldflags" -o "$out/.$name.tmp" "$package"
 		mv "$out/.$name.tmp" "$out/$name"
 	fi

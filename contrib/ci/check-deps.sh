@@ -27,6 +27,7 @@ need unshare "apt-get install util-linux; $deps"
 need findmnt "apt-get install util-linux; $deps"
 need mount "apt-get install mount; $deps"
 need tar "apt-get install tar; $deps"
+need mmdebstrap "apt-get install mmdebstrap; $deps"
 if [ "$(id -u)" != 0 ]; then missing+=("root (containers, netns and mounts need it)"); fi
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "missing prerequisites:" >&2

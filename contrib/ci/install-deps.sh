@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs everything `make demo`, `make test`, `make cluster`, `make bench` and `make conformance` need on
-# Debian 12, as root.
+# Installs everything `make demo`, `make test`, `make cluster`, `make bench`, `make conformance` and
+# `make k8s-conformance` need on Debian 12, as root.
 # Idempotent: a second run changes nothing. Versions of Go tools come from the pinned upstream
 # (runc) or are fixed in this repository (cri-tools: contrib/ci/cri-tools.version, which
 # `make conformance` builds critest from; golangci-lint: contrib/ci/golangci-lint.version;
@@ -27,6 +27,7 @@ apt_packages=(
 	iptables                    # CNI portmap (hostPort) in make conformance
 	nftables                    # nft: kube-proxy's nftables mode in make cluster and the cluster-e2e suite, kube-proxy-like rules in nri-bridge's Service tests
 	lsof erofs-utils            # containerd's CRI integration tests: shim ptys (lsof), the erofs snapshotter (mkfs.erofs)
+	mmdebstrap                  # the Debian root file system of the images make k8s-conformance rebuilds
 	git make gcc
 )
 missing=()

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -401,19 +402,23 @@ func (c *Cluster) waitContainerd(ctx context.Context, n *NodeState, p *Process) 
 }
 
 // importImages imports the cluster's image archives into the node's containerd unless CRI knows
-// them already (a rebooted node keeps its images).
+// every image of an archive already (a rebooted node keeps its images).
 func (c *Cluster) importImages(ctx context.Context, n *NodeState) error {
 	_, images, closeConn, err := n.CRI()
 	if err != nil {
 		return err
 	}
 	defer closeConn()
+	unknown := func(name string) bool {
+		resp, err := images.ImageStatus(ctx, &criruntime.ImageStatusRequest{Image: &criruntime.ImageSpec{Image: name}})
+		return err != nil || resp.GetImage() == nil
+	}
 	for _, archive := range c.Images {
-		name, err := testimages.ImageName(archive)
+		names, err := testimages.ImageNames(archive)
 		if err != nil {
 			return err
 		}
-		if resp, err := images.ImageStatus(ctx, &criruntime.ImageStatusRequest{Image: &criruntime.ImageSpec{Image: name}}); err == nil && resp.GetImage() != nil {
+		if !slices.ContainsFunc(names, unknown) {
 			continue
 		}
 		if _, err := runInput(ctx, nil, c.Binaries.Ctr, "--address", n.ContainerdSocket(), "--namespace", harness.Namespace,

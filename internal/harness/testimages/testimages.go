@@ -146,8 +146,11 @@ func (l Layer) WithParents() Layer {
 type Image struct {
 	// Names are full references (host/repository:tag); an archive's index has one entry for
 	// each, all pointing to the same manifest.
-	Names  []string
-	Layers []Layer // bottom layer first
+	Names []string
+	// RootFS, if set, is the bottom layer as another tool wrote it: a root file system such as a
+	// Debian one mmdebstrap made (TarLayer).
+	RootFS v1.Layer
+	Layers []Layer // bottom layer first, above RootFS
 	// Config is what runs: Entrypoint, Cmd, Env, User, WorkingDir, Volumes, ExposedPorts,
 	// Labels, ArgsEscaped.
 	Config v1.Config
@@ -168,6 +171,9 @@ func (image Image) Digest() (v1.Hash, error) {
 func (image Image) build() (v1.Image, error) {
 	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
 	var adds []mutate.Addendum
+	if image.RootFS != nil {
+		adds = append(adds, mutate.Addendum{Layer: image.RootFS, History: v1.History{Created: v1.Time{Time: epoch}}})
+	}
 	for i, files := range image.Layers {
 		data, err := layerTar(files)
 		if err != nil {
@@ -191,6 +197,18 @@ func (image Image) build() (v1.Image, error) {
 	configFile.Created = v1.Time{Time: epoch}
 	configFile.Config = image.Config
 	return mutate.ConfigFile(img, configFile)
+}
+
+// TarLayer is the uncompressed layer holding the tar stream in file archive as it is.
+func TarLayer(archive string) (v1.Layer, error) {
+	data, err := os.ReadFile(archive)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tar.NewReader(bytes.NewReader(data)).Next(); err != nil {
+		return nil, fmt.Errorf("%s is not a tar archive: %w", archive, err)
+	}
+	return static.NewLayer(data, types.OCIUncompressedLayer), nil
 }
 
 // Pause is knext's pause image, with pauseBinary (a static executable) as /pause.
@@ -369,33 +387,54 @@ func tarDirectory(w io.Writer, dir string) error {
 	return err
 }
 
-// ImageName returns the name of the image in archive, an archive this package wrote.
+// ImageName returns the name of the image in archive, an archive of one image this package wrote.
 func ImageName(archive string) (string, error) {
-	f, err := os.Open(archive)
+	names, err := ImageNames(archive)
 	if err != nil {
 		return "", err
+	}
+	if len(names) != 1 {
+		return "", fmt.Errorf("%s: want one named image, the archive has %q", archive, names)
+	}
+	return names[0], nil
+}
+
+// ImageNames returns the name of every image in archive, an archive this package wrote, in the
+// order of its index.
+func ImageNames(archive string) ([]string, error) {
+	f, err := os.Open(archive)
+	if err != nil {
+		return nil, err
 	}
 	defer f.Close()
 	tr := tar.NewReader(f)
 	for {
 		header, err := tr.Next()
 		if err == io.EOF {
-			return "", fmt.Errorf("%s: no %s", archive, ocispec.ImageIndexFile)
+			return nil, fmt.Errorf("%s: no %s", archive, ocispec.ImageIndexFile)
 		}
 		if err != nil {
-			return "", fmt.Errorf("%s: %w", archive, err)
+			return nil, fmt.Errorf("%s: %w", archive, err)
 		}
 		if header.Name != ocispec.ImageIndexFile {
 			continue
 		}
 		index, err := v1.ParseIndexManifest(tr)
 		if err != nil {
-			return "", fmt.Errorf("%s: %s: %w", archive, ocispec.ImageIndexFile, err)
+			return nil, fmt.Errorf("%s: %s: %w", archive, ocispec.ImageIndexFile, err)
 		}
-		if len(index.Manifests) != 1 || index.Manifests[0].Annotations[ImageNameAnnotation] == "" {
-			return "", fmt.Errorf("%s: want one named image, the index has %+v", archive, index.Manifests)
+		var names []string
+		for _, manifest := range index.Manifests {
+			name := manifest.Annotations[ImageNameAnnotation]
+			if name == "" {
+				return nil, fmt.Errorf("%s: an image of the index has no name: %+v", archive, manifest)
+			}
+			names = append(names, name)
 		}
-		return index.Manifests[0].Annotations[ImageNameAnnotation], nil
+		if len(names) == 0 {
+			return nil, fmt.Errorf("%s: the index lists no image", archive)
+		}
+		return names, nil
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -302,5 +303,77 @@ func TestArchiveRejectsBadDeclarations(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want one containing %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// TestRootFSLayerKeptAsWritten builds two images on a root file system another tool wrote: its
+// tar stream is their bottom layer byte for byte (its own times and entries kept), stored once,
+// and ImageNames lists both images of the archive, which ImageName refuses.
+func TestRootFSLayerKeptAsWritten(t *testing.T) {
+	var rootfs bytes.Buffer
+	tw := tar.NewWriter(&rootfs)
+	for _, header := range []*tar.Header{
+		{Typeflag: tar.TypeDir, Name: "./etc/", Mode: 0o755, ModTime: time.Unix(1700000000, 0)},
+		{Typeflag: tar.TypeReg, Name: "./etc/debian_version", Mode: 0o644, Size: 5, ModTime: time.Unix(1700000000, 0)},
+	} {
+		if err := tw.WriteHeader(header); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tw.Write([]byte("12.0\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	rootfsFile := filepath.Join(dir, "rootfs.tar")
+	if err := os.WriteFile(rootfsFile, rootfs.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base, err := TarLayer(rootfsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	images := []Image{
+		{Names: []string{"example.test/debian:12"}, RootFS: base},
+		{Names: []string{"example.test/tool:1"}, RootFS: base, Layers: []Layer{{RegularFile("tool", 0o755, []byte("tool"))}}},
+	}
+	archive := filepath.Join(dir, "images.tar")
+	if err := WriteArchiveFile(archive, images...); err != nil {
+		t.Fatal(err)
+	}
+	if names, err := ImageNames(archive); err != nil || strings.Join(names, " ") != "example.test/debian:12 example.test/tool:1" {
+		t.Errorf("ImageNames = %q, %v; want both images", names, err)
+	}
+	if name, err := ImageName(archive); err == nil {
+		t.Errorf("ImageName of an archive of two images = %q, want an error", name)
+	}
+
+	data, err := os.ReadFile(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, index, _ := readArchive(t, data)
+	var manifest v1.Manifest
+	if err := json.Unmarshal(blob(t, files, index.Manifests[1].Digest), &manifest); err != nil {
+		t.Fatal(err)
+	}
+	if len(manifest.Layers) != 2 || manifest.Layers[0].MediaType != "application/vnd.oci.image.layer.v1.tar" {
+		t.Fatalf("layers %+v, want the root file system, uncompressed, below the image's own layer", manifest.Layers)
+	}
+	if !bytes.Equal(blob(t, files, manifest.Layers[0].Digest), rootfs.Bytes()) {
+		t.Error("the bottom layer differs from the root file system's tar stream")
+	}
+	if _, contents := layer(t, files, manifest, 1); string(contents["tool"]) != "tool" {
+		t.Errorf("the image's own layer holds %v, want /tool", contents)
+	}
+
+	notTar := filepath.Join(dir, "not.tar")
+	if err := os.WriteFile(notTar, []byte("plain text, not a tar stream"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := TarLayer(notTar); err == nil {
+		t.Error("TarLayer accepted a file that is not a tar archive")
 	}
 }
