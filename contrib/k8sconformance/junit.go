@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/joshdk/go-junit"
+
+	"github.com/knext-dev/knext/contrib/ci/compare"
 )
 
 // specPrefix starts the JUnit name of every spec: Ginkgo names a test case by its node type and
@@ -14,8 +16,8 @@ import (
 // "[SynchronizedBeforeSuite]", "[ReportAfterSuite] Kubernetes e2e JUnit report", ...
 const specPrefix = "[It] "
 
-// readJUnit returns the outcome of every spec of an e2e.test JUnit report whose full text matches
-// focus (the specs a run selected; the report lists the others as skipped too), by full text. A
+// readJUnit returns the outcome of every spec of an e2e.test JUnit report that focus selects (the
+// report lists the others as skipped too), by full text. A
 // failed suite node (the suite's set-up or teardown) is an error: the specs did not run as they
 // should.
 func readJUnit(path string, focus *regexp.Regexp) (map[string]outcome, error) {
@@ -27,12 +29,12 @@ func readJUnit(path string, focus *regexp.Regexp) (map[string]outcome, error) {
 	var suiteErrors []error
 	for _, suite := range suites {
 		for _, test := range suite.Tests {
-			o := outcome{State: passed, Message: test.Message, Duration: test.Duration.Seconds()}
+			o := outcome{State: compare.Pass, Message: test.Message, Duration: test.Duration.Seconds()}
 			switch test.Status {
 			case junit.StatusSkipped:
-				o.State = skipped
+				o.State = compare.Skip
 			case junit.StatusFailed, junit.StatusError:
-				o.State = failed
+				o.State = compare.Fail
 				if test.Error != nil {
 					o.Message = test.Error.Error()
 				}
@@ -40,10 +42,12 @@ func readJUnit(path string, focus *regexp.Regexp) (map[string]outcome, error) {
 			name, isSpec := strings.CutPrefix(test.Name, specPrefix)
 			switch {
 			case !isSpec:
-				if o.State == failed {
+				if o.State == compare.Fail {
 					suiteErrors = append(suiteErrors, fmt.Errorf("%s failed: %s", test.Name, firstLine(o.Message)))
 				}
-			case focus.MatchString(name):
+			// Ginkgo matches the focus against the suite's description, a space and the
+			// spec's full text; the JUnit report names the suite in every test's class.
+			case focus.MatchString(test.Classname + " " + name):
 				specs[name] = o
 			}
 		}

@@ -13,10 +13,12 @@
 // (package e2eimages) into one archive. run brings up a cluster of each runtime (package
 // cluster: the nodes import the archive), runs the specs matching -focus on it, keeps the logs
 // and removes the cluster; the specs whose outcome differs between the two are run again,
-// -reruns times on each, before they are judged (classify). It prints one table (spec, knext,
+// -reruns times on each, before they are judged. It prints one table (spec, knext,
 // upstream, verdict, duration), writes it into -doc's region <!-- k8s-conformance:results -->
-// and exits non-zero when a spec regresses on knext: it fails or is skipped on knext in every
-// run and passes upstream in every run. report does the comparison again from DIR.
+// and exits non-zero when a spec regresses on knext (package compare: knext does worse than
+// upstream in every run, e.g. it fails or skips a spec that passes upstream every time); a flaky
+// spec is shown with its passes per column and does not fail. report does the comparison again
+// from DIR.
 package main
 
 import (
@@ -34,6 +36,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/knext-dev/knext/contrib/ci/compare"
 	"github.com/knext-dev/knext/contrib/k8sconformance/e2eimages"
 	"github.com/knext-dev/knext/internal/docregion"
 	"github.com/knext-dev/knext/internal/harness/testimages"
@@ -103,7 +106,7 @@ func imagesCommand(ctx context.Context, args []string, logf func(string, ...any)
 		names = append(names, image.Names...)
 	}
 	logf("wrote %s: %s", *out, strings.Join(names, " "))
-	logf("not rebuilt (no sig-network spec of the Conformance profile runs them): %s", strings.Join(left, " "))
+	logf("not rebuilt (a spec that runs one of these fails to pull it): %s", strings.Join(left, " "))
 	return nil
 }
 
@@ -116,7 +119,7 @@ func runCommand(ctx context.Context, args []string, logf func(string, ...any)) e
 	fs.DurationVar(&r.timeout, "timeout", time.Hour, "the longest one e2e.test run may take")
 	fs.StringVar(&r.out, "out", "", "results directory (replaced)")
 	focus := fs.String("focus", DefaultFocus, "the specs to run: a regular expression on their full text (--ginkgo.focus)")
-	reruns := fs.Int("reruns", 3, "runs again, on each cluster, of the specs whose outcome differs")
+	reruns := fs.Int("reruns", compare.DefaultReruns, "runs again, on each cluster, of the specs whose outcome differs")
 	doc := fs.String("doc", "", "page whose region <!-- k8s-conformance:results --> gets the table (none: only printed)")
 	_ = fs.Parse(args) // ExitOnError
 	if r.e2eTest == "" || r.images == "" || r.out == "" || fs.NArg() != 0 {
@@ -137,6 +140,7 @@ func runCommand(ctx context.Context, args []string, logf func(string, ...any)) e
 		return err
 	}
 	rec := &record{Started: time.Now(), Nodes: r.nodes, Focus: *focus, E2EVersion: strings.TrimSpace(string(version))}
+	// Each run brings up a fresh cluster of each runtime in turn.
 	runAll := func(number int, focus string) error {
 		for _, column := range columns {
 			a := &attempt{Column: column, Number: number, Focus: focus, Dir: filepath.Join(column, fmt.Sprintf("run-%d", number))}
@@ -152,18 +156,17 @@ func runCommand(ctx context.Context, args []string, logf func(string, ...any)) e
 	if err := runAll(1, *focus); err != nil {
 		return err
 	}
-	for number := 2; number <= 1+*reruns; number++ {
-		runs, err := rec.results(r.out)
-		if err != nil {
-			return err
-		}
-		names := differing(runs[columnKnext][0], runs[columnUpstream][0])
-		if len(names) == 0 {
-			break
-		}
-		logf("%d specs differ between knext and upstream: run %d of them on both", len(names), number)
-		if err := runAll(number, exactFocus(names)); err != nil {
-			return err
+	// The specs whose first runs differ run again on both clusters before they are judged.
+	results, err := rec.results(r.out)
+	if err != nil {
+		return err
+	}
+	if names := results.first().comparison().Differing(); len(names) > 0 {
+		for number := 2; number <= 1+*reruns; number++ {
+			logf("%d specs differ between knext and upstream: run %d of them on both", len(names), number)
+			if err := runAll(number, compare.GinkgoFocus(names)); err != nil {
+				return err
+			}
 		}
 	}
 	return report(r.out, *doc)
@@ -188,12 +191,11 @@ func report(out, doc string) error {
 	if err != nil {
 		return err
 	}
-	runs, err := rec.results(out)
+	results, err := rec.results(out)
 	if err != nil {
 		return err
 	}
-	s := summarize(compare(runs))
-	md := rec.markdown(s)
+	md, verdictErr := rec.markdown(results)
 	fmt.Print(md)
 	if err := os.WriteFile(filepath.Join(out, "report.md"), []byte(md), 0o644); err != nil {
 		return err
@@ -203,5 +205,5 @@ func report(out, doc string) error {
 			return err
 		}
 	}
-	return s.err()
+	return verdictErr
 }

@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/knext-dev/knext/contrib/ci/compare"
 )
 
 // record is what run.json, in the results directory, says of a run: enough to compare its
@@ -43,9 +45,9 @@ func readRecord(out string) (*record, error) {
 	return rec, nil
 }
 
-// results reads the JUnit report of every attempt: by column, the first run first.
-func (rec *record) results(out string) (map[string][]map[string]outcome, error) {
-	runs := map[string][]map[string]outcome{}
+// results reads the JUnit report of every attempt.
+func (rec *record) results(out string) (runs, error) {
+	all := runs{}
 	for _, a := range rec.Attempts {
 		focus, err := regexp.Compile(a.Focus)
 		if err != nil {
@@ -55,106 +57,66 @@ func (rec *record) results(out string) (map[string][]map[string]outcome, error) 
 		if err != nil {
 			return nil, err
 		}
-		runs[a.Column] = append(runs[a.Column], specs)
+		all[a.Column] = append(all[a.Column], specs)
 	}
 	for _, column := range columns {
-		if len(runs[column]) == 0 {
+		if len(all[column]) == 0 {
 			return nil, fmt.Errorf("%s: no run of %s", filepath.Join(out, recordFile), column)
 		}
 	}
-	return runs, nil
+	return all, nil
 }
 
-// summary is the comparison's outcome: the specs by verdict.
-type summary struct {
-	specs     []*specResult
-	byVerdict map[verdict][]*specResult
-}
-
-func summarize(specs []*specResult) summary {
-	s := summary{specs: specs, byVerdict: map[verdict][]*specResult{}}
-	for _, spec := range specs {
-		s.byVerdict[spec.Verdict] = append(s.byVerdict[spec.Verdict], spec)
-	}
-	return s
-}
-
-// err fails the comparison when a spec regresses on knext.
-func (s summary) err() error {
-	regressions := s.byVerdict[regression]
-	if len(regressions) == 0 {
-		return nil
-	}
-	var names []string
-	for _, spec := range regressions {
-		names = append(names, spec.Name)
-	}
-	return fmt.Errorf("%d specs fail or are skipped on knext and pass upstream in every run: %s", len(names), strings.Join(names, "; "))
-}
-
-// count is how many first runs of column ended in state.
-func (s summary) count(column, state string) int {
-	n := 0
-	for _, spec := range s.specs {
-		if o := spec.Outcomes[column]; len(o) > 0 && o[0].State == state {
-			n++
-		}
-	}
-	return n
-}
-
-// markdown is the results region of docs/conformance.md: what ran, the verdict, one row per
-// spec, and why each spec that did not pass everywhere did not.
-func (rec *record) markdown(s summary) string {
+// markdown is the results region of docs/conformance.md: what ran, the verdict, one row per spec
+// (its first runs, package compare's verdict with the passes per column of a spec that ran
+// again, its durations) and why each spec that did not pass everywhere did not. The error names the specs that regress on knext.
+func (rec *record) markdown(all runs) (string, error) {
+	results := all.comparison().Judge()
 	var b strings.Builder
-	utc := func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04") }
 	fmt.Fprintf(&b, "The run of %s–%s UTC: e2e.test %s, `--ginkgo.focus='%s'`, %d nodes per cluster, %d specs.\n\n",
-		utc(rec.Started), rec.Finished.UTC().Format("15:04"), rec.E2EVersion, rec.Focus, rec.Nodes, len(s.specs))
+		rec.Started.UTC().Format("2006-01-02 15:04"), rec.Finished.UTC().Format("15:04"), rec.E2EVersion, rec.Focus, rec.Nodes, len(results))
 	for _, column := range columns {
-		fmt.Fprintf(&b, "- %s: %d passed, %d failed, %d skipped (first run)", column,
-			s.count(column, passed), s.count(column, failed), s.count(column, skipped))
+		counts := map[compare.Outcome]int{}
+		for _, o := range all[column][0] {
+			counts[o.State]++
+		}
+		fmt.Fprintf(&b, "- %s: %d passed, %d failed, %d skipped", column, counts[compare.Pass], counts[compare.Fail], counts[compare.Skip])
 		for _, a := range rec.Attempts {
 			if a.Column == column {
-				fmt.Fprintf(&b, "; run %d: cluster up %s, suite %s", a.Number, seconds(a.ClusterUp), seconds(a.Suite))
+				fmt.Fprintf(&b, "; run %d: cluster up in %s, suite %s", a.Number, seconds(a.ClusterUp), seconds(a.Suite))
 			}
 		}
 		b.WriteString("\n")
 	}
 	b.WriteString("\n")
-	switch differ := len(s.specs) - len(s.byVerdict[same]); {
-	case differ == 0:
+	regressions := compare.Select(results, compare.Regression)
+	if differ := len(results) - len(compare.Select(results, compare.Same)); differ == 0 {
 		b.WriteString("**knext = upstream**: every spec has the same outcome on both.\n\n")
-	default:
-		fmt.Fprintf(&b, "%d specs differed in the first run and were run again on both: %d regressions (knext never passes, upstream always does: this fails the comparison), %d fixed, %d flaky (passes/runs per column in the table).\n\n",
-			differ, len(s.byVerdict[regression]), len(s.byVerdict[fixed]), len(s.byVerdict[flaky]))
+	} else {
+		fmt.Fprintf(&b, "%d specs differed in the first run and ran %d times more on both: %d regressions (knext does worse in every run: this fails the comparison), %d fixed, %d flaky (does not fail).\n\n",
+			differ, len(all[columnKnext])-1, len(regressions), len(compare.Select(results, compare.Fixed)), len(compare.Select(results, compare.Flaky)))
 	}
 	b.WriteString("| spec | knext | upstream | verdict | duration (knext / upstream) |\n| --- | --- | --- | --- | --- |\n")
-	for _, spec := range s.specs {
-		cell := func(column string) string {
-			o := spec.Outcomes[column]
-			switch {
-			case len(o) == 0:
-				return "not run"
-			case len(o) == 1:
-				return o[0].State
-			}
-			return spec.passes(column) + " passed"
+	for _, r := range results {
+		verdict := string(r.Verdict)
+		if r.Verdict != compare.Same {
+			verdict += " (passes " + r.Passes() + ")"
 		}
 		duration := func(column string) string {
-			if o := spec.Outcomes[column]; len(o) > 0 && o[0].State != skipped {
-				return seconds(o[0].Duration)
+			if o, ok := all[column][0][r.Name]; ok && o.State != compare.Skip {
+				return seconds(o.Duration)
 			}
 			return "–"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s / %s |\n", escapeCell(spec.Name), cell(columnKnext), cell(columnUpstream),
-			spec.Verdict, duration(columnKnext), duration(columnUpstream))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s / %s |\n", escapeCell(r.Name), r.Knext[0], r.Upstream[0], verdict,
+			duration(columnKnext), duration(columnUpstream))
 	}
 	var notes []string
-	for _, spec := range s.specs {
+	for _, r := range results {
 		for _, column := range columns {
-			for i, o := range spec.Outcomes[column] {
-				if o.State != passed {
-					notes = append(notes, fmt.Sprintf("- %s, %s, run %d: %s: %s", spec.Name, column, i+1, o.State, firstLine(o.Message)))
+			for i, run := range all[column] {
+				if o, ok := run[r.Name]; ok && o.State != compare.Pass {
+					notes = append(notes, fmt.Sprintf("- %s, %s, run %d: %s: %s", r.Name, column, i+1, o.State, firstLine(o.Message)))
 				}
 			}
 		}
@@ -162,7 +124,14 @@ func (rec *record) markdown(s summary) string {
 	if len(notes) > 0 {
 		b.WriteString("\nEvery outcome but a pass, with the first line of its message:\n\n" + strings.Join(notes, "\n") + "\n")
 	}
-	return b.String()
+	if len(regressions) == 0 {
+		return b.String(), nil
+	}
+	var names []string
+	for _, r := range regressions {
+		names = append(names, r.Name)
+	}
+	return b.String(), fmt.Errorf("%d specs regress on knext (worse than upstream in every run): %s", len(names), strings.Join(names, "; "))
 }
 
 // seconds formats s seconds as "42 s" or "6 min 30 s".

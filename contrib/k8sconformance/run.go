@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -150,13 +149,4 @@ func copyFile(from, to string) error {
 		return err
 	}
 	return out.Close()
-}
-
-// exactFocus is a focus that selects exactly the specs of names (full texts).
-func exactFocus(names []string) string {
-	quoted := make([]string, len(names))
-	for i, name := range names {
-		quoted[i] = regexp.QuoteMeta(name)
-	}
-	return "^(" + strings.Join(quoted, "|") + ")$"
 }

@@ -97,33 +97,29 @@ func Images(in Inputs, names []string) (images []testimages.Image, left []string
 	return images, left, nil
 }
 
-// builder declares the images; the root file system is read once, and the archive stores it once.
+// builder declares the images; the root file system is read once.
 type builder struct {
 	Inputs
 	rootFS v1.Layer
 }
 
-// onRootFS is an image on the Debian root file system with config (PATH added) and, if any, a
-// layer of the files the extras return.
-func (b *builder) onRootFS(config v1.Config, extras ...func() ([]testimages.File, error)) (testimages.Image, error) {
+// onRootFS is an image on the Debian root file system with config (PATH added) and a layer of
+// the files each of layers returns: a layer of the same files in two images is stored once.
+func (b *builder) onRootFS(config v1.Config, layers ...func() ([]testimages.File, error)) (testimages.Image, error) {
 	if b.rootFS == nil {
 		var err error
 		if b.rootFS, err = testimages.TarLayer(b.RootFS); err != nil {
 			return testimages.Image{}, fmt.Errorf("root file system: %w", err)
 		}
 	}
-	var layer testimages.Layer
-	for _, extra := range extras {
-		files, err := extra()
+	image := testimages.Image{RootFS: b.rootFS, Config: config}
+	image.Config.Env = append([]string{testimages.DefaultPath}, config.Env...)
+	for _, layer := range layers {
+		files, err := layer()
 		if err != nil {
 			return testimages.Image{}, err
 		}
-		layer = append(layer, files...)
-	}
-	image := testimages.Image{RootFS: b.rootFS, Config: config}
-	image.Config.Env = append([]string{testimages.DefaultPath}, config.Env...)
-	if len(layer) > 0 {
-		image.Layers = []testimages.Layer{layer.WithParents()}
+		image.Layers = append(image.Layers, testimages.Layer(files).WithParents())
 	}
 	return image, nil
 }

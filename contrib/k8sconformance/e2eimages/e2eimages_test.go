@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -125,7 +126,8 @@ func TestImagesUnderTheSuitesNames(t *testing.T) {
 		t.Errorf("agnhost config %+v, want entrypoint /agnhost, command pause and PATH", c)
 	}
 
-	// The Debian images share one root file system layer: the archive stores it once.
+	// The Debian images share one root file system layer, and agnhost and glibc-dns-testing an
+	// identical layer of /coredns: the archive stores each once.
 	glibc := byRepository["registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1"]
 	nginx := byRepository["registry.k8s.io/e2e-test-images/nginx:1.27.0-2"]
 	if agnhost.RootFS == nil || glibc.RootFS != agnhost.RootFS || nginx.RootFS != agnhost.RootFS {
@@ -143,8 +145,9 @@ func TestImagesUnderTheSuitesNames(t *testing.T) {
 	if got, err := io.ReadAll(data); err != nil || !bytes.Equal(got, rootfs) {
 		t.Errorf("the root file system layer differs from the archive mmdebstrap wrote (%v)", err)
 	}
-	if !slices.Equal(glibc.Config.Cmd, []string{"bash"}) || string(files(glibc.Layers)["coredns"].Content) != "coredns binary" {
-		t.Errorf("glibc-dns-testing: config %+v, layers %+v; want bash and /coredns", glibc.Config, glibc.Layers)
+	if !slices.Equal(glibc.Config.Cmd, []string{"bash"}) || len(glibc.Layers) != 1 || !reflect.DeepEqual(glibc.Layers[0], agnhost.Layers[0]) ||
+		string(files(glibc.Layers)["coredns"].Content) != "coredns binary" {
+		t.Errorf("glibc-dns-testing: config %+v, layers %+v; want bash and agnhost's layer of /coredns", glibc.Config, glibc.Layers)
 	}
 	if !slices.Equal(nginx.Config.Cmd, []string{"nginx", "-g", "daemon off;"}) || len(nginx.Layers) != 0 {
 		t.Errorf("nginx: config %+v, layers %+v; want Debian's nginx in the foreground, nothing added", nginx.Config, nginx.Layers)
