@@ -88,9 +88,14 @@ func main() {
 	name := flag.String("name", "test", "plugin name")
 	idx := flag.String("idx", "50", "plugin index (two digits)")
 	dir := flag.String("dir", "", "directory of the control files and the request log")
+	policyName := flag.String("failure-policy", "", "failure policy the plugin declares: fail_request, keep_connected, both, or none (the default)")
 	flag.Parse()
 	if *socket == "" || *dir == "" {
 		log.Fatal("testplugin: -socket and -dir are required")
+	}
+	policy, err := failurePolicy(*policyName)
+	if err != nil {
+		log.Fatalf("testplugin %s: %v", *name, err)
 	}
 
 	p := &plugin{name: *name, dir: *dir}
@@ -100,13 +105,29 @@ func main() {
 			log.Fatalf("testplugin %s: %v", *name, err)
 		}
 	}
-	s, err := stub.New(p, stub.WithSocketPath(*socket), stub.WithPluginName(*name), stub.WithPluginIdx(*idx))
+	s, err := stub.New(p, stub.WithSocketPath(*socket), stub.WithPluginName(*name), stub.WithPluginIdx(*idx),
+		stub.WithFailurePolicy(policy))
 	if err != nil {
 		log.Fatalf("testplugin %s: %v", *name, err)
 	}
 	err = s.Run(context.Background())
 	log.Printf("testplugin %s: stopped: %v", *name, err)
 	os.Exit(1)
+}
+
+// failurePolicy is the policy a -failure-policy value names.
+func failurePolicy(name string) (*api.FailurePolicy, error) {
+	switch name {
+	case "", "none":
+		return &api.FailurePolicy{}, nil
+	case "fail_request":
+		return &api.FailurePolicy{FailRequest: true}, nil
+	case "keep_connected":
+		return &api.FailurePolicy{KeepConnected: true}, nil
+	case "both":
+		return &api.FailurePolicy{FailRequest: true, KeepConnected: true}, nil
+	}
+	return nil, fmt.Errorf("-failure-policy %q: want fail_request, keep_connected, both or none", name)
 }
 
 // PodSandboxStatus implements stub.PodSandboxStatusInterface, which subscribes the plugin.
