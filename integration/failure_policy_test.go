@@ -3,6 +3,7 @@ package integration
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -15,7 +16,9 @@ import (
 // stack, for each of its four values. A status query that times out never drops the plugin,
 // whatever its policy: it fails only with fail_request, and otherwise the plugin's last known
 // answer stands in. A RunPodSandbox that times out fails the new pod only with fail_request
-// (leaving nothing behind), and drops the plugin unless keep_connected.
+// (leaving nothing behind), and drops the plugin unless keep_connected. A StopPodSandbox that
+// times out never fails the kubelet's call, which waits for the timeout; with fail_request the
+// plugins after it do not get the request, and the plugin is dropped unless keep_connected.
 func TestFailurePolicy(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -31,6 +34,7 @@ func TestFailurePolicy(t *testing.T) {
 			t.Parallel()
 			h, ctx := startHarness(t, harness.Options{NRIRequestTimeout: 500 * time.Millisecond})
 			plugin := startTestPluginWithPolicy(t, ctx, h, "10", "net", tc.policy)
+			after := startTestPlugin(t, ctx, h, "20", "after")
 			id := runPod(t, ctx, h, annotatedPodConfig(h, "web", map[string]string{annotationIP: "192.0.2.90"}))
 			closing := `closing plugin ` + plugin.nriName()
 
@@ -69,6 +73,31 @@ func TestFailurePolicy(t *testing.T) {
 			}
 			if dropped := logCount(t, h, closing) != 0; dropped == tc.keepConnected {
 				t.Errorf("policy %s: plugin %s dropped after its RunPodSandbox timed out: %v, want %v", tc.policy, plugin.nriName(), dropped, !tc.keepConnected)
+			}
+
+			if !tc.keepConnected {
+				if err := plugin.waitExit(t, 30*time.Second); err == nil {
+					t.Errorf("plugin %s ended without error when it was dropped", plugin.nriName())
+				}
+				plugin.start(t, ctx)
+			}
+			closed := logCount(t, h, closing)
+			hold = filepath.Join(plugin.dir, "hold-stop.web")
+			if err := os.WriteFile(hold, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err = h.Runtime.StopPodSandbox(ctx, &criruntime.StopPodSandboxRequest{PodSandboxId: id})
+			if err := os.Remove(hold); err != nil {
+				t.Fatal(err)
+			}
+			if err != nil {
+				t.Errorf("policy %s: StopPodSandbox failed while the plugin did not answer: %v", tc.policy, err)
+			}
+			if got := slices.Contains(after.podEvents(t, id), "StopPodSandbox"); got == tc.failRequest {
+				t.Errorf("policy %s: the plugin after %s got StopPodSandbox: %v, want %v", tc.policy, plugin.nriName(), got, !tc.failRequest)
+			}
+			if dropped := logCount(t, h, closing) != closed; dropped == tc.keepConnected {
+				t.Errorf("policy %s: plugin %s dropped after its StopPodSandbox timed out: %v, want %v", tc.policy, plugin.nriName(), dropped, !tc.keepConnected)
 			}
 		})
 	}

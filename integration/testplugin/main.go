@@ -25,8 +25,9 @@
 //
 // Values are not validated: invalid IPs reach the runtime as written.
 //
-// RunPodSandbox of the pod named <name> waits while the file <dir>/hold-run.<name> exists, whatever
-// the request's deadline: the test lets it go by removing the file.
+// RunPodSandbox and StopPodSandbox of the pod named <name> wait while the file
+// <dir>/hold-run.<name>, respectively <dir>/hold-stop.<name>, exists, whatever the request's
+// deadline: the test lets them go by removing the file.
 //
 // Every request is recorded, when it arrives, as a line "<pod id> <pod name>" appended to
 // <dir>/calls, so the test can count them across restarts of the plugin. The pod lifecycle
@@ -69,9 +70,10 @@ const (
 
 // The request log, the pod event log and the prefix of the hold files in the plugin's directory.
 const (
-	callsFile   = "calls"
-	eventsFile  = "events"
-	holdRunFile = "hold-run."
+	callsFile    = "calls"
+	eventsFile   = "events"
+	holdRunFile  = "hold-run."
+	holdStopFile = "hold-stop."
 )
 
 type plugin struct {
@@ -204,18 +206,29 @@ func (p *plugin) RunPodSandbox(_ context.Context, pod *api.PodSandbox) error {
 	if err := p.record(p.events, "RunPodSandbox", pod.GetId(), pod.GetName()); err != nil {
 		return err
 	}
-	hold := filepath.Join(p.dir, holdRunFile+pod.GetName())
+	p.waitWhileHeld(holdRunFile, pod)
+	return nil
+}
+
+// StopPodSandbox implements stub.StopPodInterface: it records the event, then waits while the
+// pod's hold file exists.
+func (p *plugin) StopPodSandbox(_ context.Context, pod *api.PodSandbox) error {
+	if err := p.record(p.events, "StopPodSandbox", pod.GetId(), pod.GetName()); err != nil {
+		return err
+	}
+	p.waitWhileHeld(holdStopFile, pod)
+	return nil
+}
+
+// waitWhileHeld waits while the pod's hold file of the given prefix exists.
+func (p *plugin) waitWhileHeld(prefix string, pod *api.PodSandbox) {
+	hold := filepath.Join(p.dir, prefix+pod.GetName())
 	for {
 		if _, err := os.Stat(hold); errors.Is(err, os.ErrNotExist) {
-			return nil
+			return
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// StopPodSandbox implements stub.StopPodInterface: it records the event.
-func (p *plugin) StopPodSandbox(_ context.Context, pod *api.PodSandbox) error {
-	return p.record(p.events, "StopPodSandbox", pod.GetId(), pod.GetName())
 }
 
 // RemovePodSandbox implements stub.RemovePodInterface: it records the event.
