@@ -141,7 +141,7 @@ func startTestPlugin(t *testing.T, ctx context.Context, h *harness.Harness, idx,
 	return startTestPluginWithPolicy(t, ctx, h, idx, name, "")
 }
 
-// startTestPluginWithPolicy starts a test plugin that declares the failure policy policy
+// startTestPluginWithPolicy starts a test plugin that declares the given failure policy
 // (testplugin's -failure-policy) and waits until NRI has synchronized it.
 func startTestPluginWithPolicy(t *testing.T, ctx context.Context, h *harness.Harness, idx, name, policy string) *testPlugin {
 	t.Helper()
