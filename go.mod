@@ -4,7 +4,7 @@ go 1.26.6
 
 require (
 	github.com/containerd/containerd/v2 v2.4.2
-	github.com/containerd/nri v0.12.3
+	github.com/containerd/nri v0.12.5
 	github.com/containerd/ttrpc v1.2.9
 	github.com/google/go-containerregistry v0.22.1
 	github.com/google/nftables v0.3.0

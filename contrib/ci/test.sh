@@ -58,9 +58,9 @@ run_suite nri-unit contrib/ci/upstream/nri-unit.sh
 run_suite containerd-unit contrib/ci/upstream/containerd-unit.sh
 # Every patch of both series on its own: build, Windows build (containerd), its packages' tests.
 run_suite verify-series contrib/build/verify-series.sh -json
-# A few seconds of coverage-guided fuzzing of the merge and validation of plugin answers.
-run_suite nri-fuzz go test -json -run '^$' -fuzz '^FuzzMergePodSandboxStatus$' -fuzztime 5s \
-	github.com/containerd/nri/pkg/adaptation
+# A few seconds of coverage-guided fuzzing of the validation of the IPs plugins report.
+run_suite nri-fuzz go test -json -run '^$' -fuzz '^FuzzCheckPodIPs$' -fuzztime 5s \
+	github.com/containerd/nri/pkg/api
 # The integration tests on the real stack; the figures of the churn test (knext and upstream
 # containerd) follow its row.
 figures=$logs/integration-figures.txt

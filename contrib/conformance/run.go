@@ -214,7 +214,8 @@ func printComparison(results []*result) error {
 	if err := comparison.verdict(); err != nil {
 		return err
 	}
-	fmt.Println("\nconformance: every configuration passed the same specs and failed none.")
+	fmt.Printf("\nconformance: no configuration regressed against %s (%d spec(s) fixed, %d flaky), none failed a spec everywhere.\n",
+		results[0].config.name, len(comparison.selected(compare.Fixed)), len(comparison.selected(compare.Flaky)))
 	return nil
 }
 

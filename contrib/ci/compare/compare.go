@@ -76,10 +76,11 @@ type Runs struct {
 
 // Passes is how many runs of each column passed: "knext 3/4, upstream 4/4".
 func (r Runs) Passes() string {
-	return fmt.Sprintf("knext %d/%d, upstream %d/%d", passes(r.Knext), len(r.Knext), passes(r.Upstream), len(r.Upstream))
+	return fmt.Sprintf("knext %d/%d, upstream %d/%d", Passed(r.Knext), len(r.Knext), Passed(r.Upstream), len(r.Upstream))
 }
 
-func passes(outcomes []Outcome) int {
+// Passed counts the passes among outcomes.
+func Passed(outcomes []Outcome) int {
 	n := 0
 	for _, o := range outcomes {
 		if o == Pass {
