@@ -11,83 +11,101 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/knext-dev/knext/contrib/cluster"
 	"github.com/knext-dev/knext/internal/harness"
 	"github.com/knext-dev/knext/internal/harness/testimages"
 )
 
-// ClusterRun is one rollout of a Deployment of -cluster-pods pods on one cluster.
-type ClusterRun struct {
-	Runtime string `json:"runtime"`
-	Round   int    `json:"round"`
-	// From the Deployment's creation until a pod is seen Ready with its IPs.
-	StartP50Ms float64 `json:"startP50Ms"`
-	StartP99Ms float64 `json:"startP99Ms"`
-	// From a pod seen Ready until its IPs are seen in a ready endpoint of the Service.
-	EndpointP50Ms float64 `json:"endpointP50Ms"`
-	EndpointP99Ms float64 `json:"endpointP99Ms"`
-	// The nodes' own timers, per pod: the pod network's setup (containerd's CNI timer, or
-	// nri-bridge's NRI RunPodSandbox), the kubelet's RunPodSandbox call.
-	NetworkMs       float64 `json:"networkMs"`
-	RunPodSandboxMs float64 `json:"runPodSandboxMs"`
-	Timers          []Timer `json:"timers"`
-}
-
 const clusterNamespace = "bench"
 
-// runCluster brings a two-node cluster of each runtime up, both at once, and rolls a Deployment
-// out on each in turn, for -repeats rounds.
-func runCluster(ctx context.Context, s settings, r *report) (err error) {
+// clusterFigures are what a round measures on a cluster, in seconds but the share, in this order:
+// the Deployment's rollout (from its creation until a pod is Ready with its IPs, and from then
+// until its IPs are in a ready endpoint of the Service), its rolling update (until complete), the
+// fill of one node to -node-pods pods (until all Ready) with PodSandboxStatus on that node, by
+// the kubelet's histogram (the upper bound of the bucket the quantile falls into) and queried
+// directly over the node's CRI socket, and the pod network's setup per pod by the nodes' own
+// histograms (containerd's CNI timer, or nri-bridge's NRI RunPodSandbox) with the kubelet's
+// RunPodSandbox and the share of it.
+var clusterFigures = []string{"ready-p50", "ready-p99", "endpoints-p50", "endpoints-p99", "update", "fill",
+	"kubelet-status-p50", "kubelet-status-p99", "status-p50", "status-p99", "network-setup", "run-pod-sandbox", "network-share"}
+
+// The clusters: knext CNI-less with nri-bridge, upstream with CNI, and upstream again: the A/A pair.
+var clusterRuntimes = map[string]string{cfgKnext: cluster.RuntimeKnext, cfgUpstream: cluster.RuntimeUpstream,
+	cfgUpstreamAgain: cluster.RuntimeUpstream}
+
+// runCluster brings up a cluster of each runtime, all at once, and in each round measures each in
+// turn, in a rotating order.
+func runCluster(ctx context.Context, s settings, rep *report) (err error) {
 	var clusters []*benchCluster
 	defer func() {
 		for _, bc := range clusters {
 			err = errors.Join(err, cluster.Down(bc.c.Dir, log.Printf))
 		}
 	}()
-	for _, runtime := range []string{cluster.RuntimeKnext, cluster.RuntimeUpstream} {
-		bc, err := newBenchCluster(ctx, runtime)
+	for _, key := range []string{cfgKnext, cfgUpstream, cfgUpstreamAgain} {
+		bc, err := newBenchCluster(ctx, key, s.ClusterNodes)
 		if bc != nil {
 			clusters = append(clusters, bc)
 		}
 		if err != nil {
-			return fmt.Errorf("%s cluster: %w", runtime, err)
+			return fmt.Errorf("%s cluster: %w", key, err)
 		}
 	}
-	for round := 1; round <= s.Repeats; round++ {
-		for _, bc := range rotated(clusters, round) {
-			run, err := bc.rollout(ctx, s.ClusterPods, round)
-			if err != nil {
-				return fmt.Errorf("%s cluster, round %d: %w", bc.runtime, round, err)
+	for n := 1; n <= s.Repeats; n++ {
+		err := rep.measureRound(ctx, "cluster", n, func(r *round) error {
+			figures := map[string]map[string]float64{}
+			for _, bc := range rotated(clusters, n) {
+				f, err := bc.measure(ctx, r, s)
+				if err != nil {
+					return fmt.Errorf("%s cluster: %w", bc.key, err)
+				}
+				figures[bc.key] = f
 			}
-			r.Cluster = append(r.Cluster, run)
+			for _, key := range []string{cfgKnext, cfgUpstreamAgain} {
+				for _, name := range clusterFigures {
+					unit := secPerOp
+					if name == "network-share" {
+						unit = "share"
+					}
+					r.pair("Cluster/"+name, pairing{cfgUpstream, key}, s.ClusterPods, figures[key][name], figures[cfgUpstream][name], unit)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
 type benchCluster struct {
-	runtime string
-	c       *cluster.Cluster
-	client  kubernetes.Interface
-	image   string
+	key    string
+	c      *cluster.Cluster
+	client kubernetes.Interface
+	image  string
 }
 
 // newBenchCluster brings the cluster up with the bench's namespace and a dual-stack Service.
-func newBenchCluster(ctx context.Context, runtime string) (*benchCluster, error) {
+func newBenchCluster(ctx context.Context, key string, nodes int) (*benchCluster, error) {
 	dir, err := os.MkdirTemp("", "knc-bench-")
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := cluster.EnvConfig(dir, 2, runtime)
+	cfg, err := cluster.EnvConfig(dir, nodes, clusterRuntimes[key])
 	if err != nil {
 		return nil, errors.Join(err, os.RemoveAll(dir))
 	}
@@ -96,7 +114,7 @@ func newBenchCluster(ctx context.Context, runtime string) (*benchCluster, error)
 	if c == nil {
 		return nil, errors.Join(err, os.RemoveAll(dir))
 	}
-	bc := &benchCluster{runtime: runtime, c: c}
+	bc := &benchCluster{key: key, c: c}
 	if err != nil {
 		return bc, err
 	}
@@ -117,80 +135,223 @@ func newBenchCluster(ctx context.Context, runtime string) (*benchCluster, error)
 	return bc, err
 }
 
-// rollout creates the Deployment, measures it until every pod is Ready and in the Service's
-// EndpointSlices, deletes it again and waits until its pods are gone.
-func (bc *benchCluster) rollout(ctx context.Context, pods, round int) (*ClusterRun, error) {
-	before, err := bc.timers(ctx)
-	if err != nil {
+// measure rolls the Deployment out, updates it, fills one node, then removes every pod of the
+// bench (untimed) so that nothing of this cluster runs while the next one is measured.
+func (bc *benchCluster) measure(ctx context.Context, r *round, s settings) (map[string]float64, error) {
+	f := map[string]float64{}
+	before, err := bc.histograms(ctx, bc.c.Nodes...)
+	if err == nil {
+		err = r.phase(ctx, bc.key+" rollout", func() error { return bc.rollout(ctx, s.ClusterPods, f) })
+	}
+	if err == nil {
+		err = r.phase(ctx, bc.key+" rolling update", func() error { return bc.update(ctx, f) })
+	}
+	if err == nil {
+		err = r.phase(ctx, bc.key+" fill", func() error { return bc.fill(ctx, s.NodePods, f) })
+	}
+	after, histErr := bc.histograms(ctx, bc.c.Nodes...)
+	if err = errors.Join(err, histErr); err != nil {
 		return nil, err
 	}
+	for k, h := range after.since(before) {
+		switch {
+		case k.plugin == cniTimer && k.operation == "set_up_pod",
+			strings.HasSuffix(k.plugin, "-"+harness.NRIBridgePlugin) && k.operation == "RunPodSandbox": // <index>-<name>
+			f["network-setup"] = h.mean()
+		case k.plugin == kubeletTimer && k.operation == "run_podsandbox":
+			f["run-pod-sandbox"] = h.mean()
+		}
+	}
+	f["network-share"] = f["network-setup"] / f["run-pod-sandbox"]
+	log.Printf("bench: cluster %s: Ready p50 %.2f s, p99 %.2f s; endpoints p50 %.0f ms; update %.1f s; fill %.1f s; "+
+		"PodSandboxStatus p50 %.2f ms, p99 %.2f ms; network %.1f ms of RunPodSandbox %.1f ms", bc.key, f["ready-p50"], f["ready-p99"],
+		1e3*f["endpoints-p50"], f["update"], f["fill"], 1e3*f["status-p50"], 1e3*f["status-p99"], 1e3*f["network-setup"], 1e3*f["run-pod-sandbox"])
+	return f, bc.clear(ctx)
+}
+
+func labelled(app string) map[string]string { return map[string]string{"app": app} }
+
+// deployment is a Deployment of the netcheck server with pods replicas, whose pods spread evenly
+// over the nodes or all run on one.
+func (bc *benchCluster) deployment(name string, pods int, node string) *appsv1.Deployment {
+	spec := corev1.PodSpec{TerminationGracePeriodSeconds: new(int64(0)),
+		Containers: []corev1.Container{{Name: "web", Image: bc.image, Args: []string{"serve"}, ImagePullPolicy: corev1.PullIfNotPresent}}}
+	if node == "" {
+		spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelHostname,
+			WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: labelled(name)}}}
+	} else {
+		spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
+	}
+	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: appsv1.DeploymentSpec{
+		Replicas: new(int32(pods)), Selector: &metav1.LabelSelector{MatchLabels: labelled(name)},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labelled(name)}, Spec: spec},
+	}}
+}
+
+// rollout creates the Deployment web and waits until every pod is Ready and in the Service's
+// EndpointSlices.
+func (bc *benchCluster) rollout(ctx context.Context, pods int, f map[string]float64) error {
 	w := bc.watch()
 	defer close(w.stop)
-	labels := map[string]string{"app": "web"}
-	spread := corev1.TopologySpreadConstraint{MaxSkew: 1, TopologyKey: corev1.LabelHostname,
-		WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: labels}}
-	deployment := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: appsv1.DeploymentSpec{
-		Replicas: new(int32(pods)), Selector: &metav1.LabelSelector{MatchLabels: labels},
-		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
-			TerminationGracePeriodSeconds: new(int64(0)), TopologySpreadConstraints: []corev1.TopologySpreadConstraint{spread},
-			Containers: []corev1.Container{{Name: "web", Image: bc.image, Args: []string{"serve"}, ImagePullPolicy: corev1.PullIfNotPresent}},
-		}},
-	}}
 	w.start = time.Now()
-	if _, err := bc.client.AppsV1().Deployments(clusterNamespace).Create(ctx, deployment, metav1.CreateOptions{}); err != nil {
-		return nil, err
+	if _, err := bc.client.AppsV1().Deployments(clusterNamespace).Create(ctx, bc.deployment("web", pods, ""), metav1.CreateOptions{}); err != nil {
+		return err
 	}
 	starts, endpoints, err := w.wait(ctx, pods)
-	if err != nil {
-		return nil, err
-	}
-	after, err := bc.timers(ctx)
-	if err != nil {
-		return nil, err
-	}
-	run := &ClusterRun{Runtime: bc.runtime, Round: round, Timers: after.since(before),
-		StartP50Ms: percentile(starts, 0.5), StartP99Ms: percentile(starts, 0.99),
-		EndpointP50Ms: percentile(endpoints, 0.5), EndpointP99Ms: percentile(endpoints, 0.99)}
-	for _, t := range run.Timers {
-		switch {
-		case t.Plugin == cniTimer && t.Operation == "set_up_pod",
-			strings.HasSuffix(t.Plugin, "-"+harness.NRIBridgePlugin) && t.Operation == "RunPodSandbox": // <index>-<name>
-			run.NetworkMs += t.MeanMs
-		case t.Plugin == kubeletTimer && t.Operation == "run_podsandbox":
-			run.RunPodSandboxMs = t.MeanMs
-		}
-	}
-	log.Printf("bench: cluster %s round %d: pods Ready p50 %.0f ms, p99 %.0f ms; in the endpoints p50 %.0f ms after; network %.1f ms of RunPodSandbox %.1f ms",
-		bc.runtime, round, run.StartP50Ms, run.StartP99Ms, run.EndpointP50Ms, run.NetworkMs, run.RunPodSandboxMs)
-	if err := bc.client.AppsV1().Deployments(clusterNamespace).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
-		return nil, err
-	}
-	return run, harness.Poll(ctx, 5*time.Minute, time.Second, func() error {
-		pods, err := bc.client.CoreV1().Pods(clusterNamespace).List(ctx, metav1.ListOptions{})
-		if err == nil && len(pods.Items) > 0 {
-			err = fmt.Errorf("%d pods of the Deployment left", len(pods.Items))
-		}
+	f["ready-p50"], f["ready-p99"] = quantile(starts, 0.5), quantile(starts, 0.99)
+	f["endpoints-p50"], f["endpoints-p99"] = quantile(endpoints, 0.5), quantile(endpoints, 0.99)
+	return err
+}
+
+// update rolls web's pods over to a new template and waits until the rollout is complete.
+func (bc *benchCluster) update(ctx context.Context, f map[string]float64) error {
+	start := time.Now()
+	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"bench/updated":"%d"}}}}}`, start.UnixNano())
+	if _, err := bc.client.AppsV1().Deployments(clusterNamespace).Patch(ctx, "web", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		return err
+	}
+	err := bc.waitDeployment(ctx, "web")
+	f["update"] = time.Since(start).Seconds()
+	return err
+}
+
+// waitDeployment waits until every replica of the Deployment is updated and available, and no
+// old one is left.
+func (bc *benchCluster) waitDeployment(ctx context.Context, name string) error {
+	return harness.Poll(ctx, 10*time.Minute, 100*time.Millisecond, func() error {
+		d, err := bc.client.AppsV1().Deployments(clusterNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if st, want := d.Status, *d.Spec.Replicas; st.ObservedGeneration < d.Generation || st.UpdatedReplicas != want ||
+			st.AvailableReplicas != want || st.Replicas != want {
+			return fmt.Errorf("deployment %s: %d of %d replicas updated, %d available, %d in all", name, st.UpdatedReplicas, want,
+				st.AvailableReplicas, st.Replicas)
+		}
+		return nil
 	})
 }
 
-// timers reads the histograms of every node's containerd and kubelet, summed.
-func (bc *benchCluster) timers(ctx context.Context) (timers, error) {
-	sum := timers{}
-	for _, n := range bc.c.Nodes {
-		t, err := fetchTimers(ctx, fmt.Sprintf("http://%s:%d/v1/metrics", n.IPs[0], cluster.ContainerdMetricsPort))
+// fill fills the first node up to nodePods pods with the Deployment fill and waits until they are
+// Ready; then reads PodSandboxStatus on that node from the kubelet's histogram, and queries every
+// pod's status over the node's CRI socket.
+func (bc *benchCluster) fill(ctx context.Context, nodePods int, f map[string]float64) error {
+	node := bc.c.Nodes[0]
+	pods, err := bc.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node.Name})
+	if err != nil {
+		return err
+	}
+	running := 0
+	for _, p := range pods.Items {
+		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			running++
+		}
+	}
+	before, err := bc.histograms(ctx, node)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if _, err := bc.client.AppsV1().Deployments(clusterNamespace).Create(ctx, bc.deployment("fill", nodePods-running, node.Name), metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	if err := bc.waitDeployment(ctx, "fill"); err != nil {
+		return err
+	}
+	f["fill"] = time.Since(start).Seconds()
+	after, err := bc.histograms(ctx, node)
+	if err != nil {
+		return err
+	}
+	kubelet := after.since(before)[timerKey{kubeletTimer, "podsandbox_status"}]
+	f["kubelet-status-p50"], f["kubelet-status-p99"] = kubelet.bound(0.5), kubelet.bound(0.99)
+	rt, _, closeConn, err := node.CRI()
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	sandboxes, err := rt.ListPodSandbox(ctx, &criruntime.ListPodSandboxRequest{Filter: &criruntime.PodSandboxFilter{
+		State: &criruntime.PodSandboxStateValue{State: criruntime.PodSandboxState_SANDBOX_READY}}})
+	if err != nil {
+		return err
+	}
+	var seconds []float64
+	for _, sb := range sandboxes.GetItems() {
+		t := time.Now()
+		if _, err := rt.PodSandboxStatus(ctx, &criruntime.PodSandboxStatusRequest{PodSandboxId: sb.GetId()}); err != nil {
+			return err
+		}
+		seconds = append(seconds, time.Since(t).Seconds())
+	}
+	f["status-p50"], f["status-p99"] = quantile(seconds, 0.5), quantile(seconds, 0.99)
+	return nil
+}
+
+// clear deletes the bench's Deployments, waits until their pods are gone, and removes their
+// sandboxes on every node, which the kubelet would otherwise collect within a minute, while the
+// next cluster is measured.
+func (bc *benchCluster) clear(ctx context.Context) error {
+	for _, name := range []string{"web", "fill"} {
+		if err := bc.client.AppsV1().Deployments(clusterNamespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			return err
+		}
+	}
+	err := harness.Poll(ctx, 5*time.Minute, 200*time.Millisecond, func() error {
+		pods, err := bc.client.CoreV1().Pods(clusterNamespace).List(ctx, metav1.ListOptions{})
+		if err == nil && len(pods.Items) > 0 {
+			err = fmt.Errorf("%d pods of the bench left", len(pods.Items))
+		}
+		return err
+	})
+	for _, node := range bc.c.Nodes {
+		if err != nil {
+			return err
+		}
+		err = removeSandboxes(ctx, node)
+	}
+	return err
+}
+
+// removeSandboxes stops and removes the node's sandboxes of the bench's pods.
+func removeSandboxes(ctx context.Context, node *cluster.NodeState) error {
+	rt, _, closeConn, err := node.CRI()
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	sandboxes, err := rt.ListPodSandbox(ctx, &criruntime.ListPodSandboxRequest{Filter: &criruntime.PodSandboxFilter{
+		LabelSelector: map[string]string{"io.kubernetes.pod.namespace": clusterNamespace}}})
+	for _, sb := range sandboxes.GetItems() {
+		if err != nil {
+			break
+		}
+		if _, err = rt.StopPodSandbox(ctx, &criruntime.StopPodSandboxRequest{PodSandboxId: sb.GetId()}); err == nil {
+			_, err = rt.RemovePodSandbox(ctx, &criruntime.RemovePodSandboxRequest{PodSandboxId: sb.GetId()})
+		}
+		if status.Code(err) == codes.NotFound { // the kubelet was quicker
+			err = nil
+		}
+	}
+	return err
+}
+
+// histograms reads the histograms of the nodes' containerd and kubelet, summed.
+func (bc *benchCluster) histograms(ctx context.Context, nodes ...*cluster.NodeState) (histograms, error) {
+	sum := histograms{}
+	for _, n := range nodes {
+		h, err := fetchHistograms(ctx, fmt.Sprintf("http://%s:%d/v1/metrics", n.IPs[0], cluster.ContainerdMetricsPort))
 		if err != nil {
 			return nil, err
 		}
-		sum.add(t)
+		sum.plus(h)
 		raw, err := bc.client.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", n.Name, "proxy", "metrics").DoRaw(ctx)
 		if err == nil {
-			t, err = parseTimers(bytes.NewReader(raw))
+			h, err = parseHistograms(bytes.NewReader(raw))
 		}
 		if err != nil {
 			return nil, fmt.Errorf("kubelet metrics of %s: %w", n.Name, err)
 		}
-		sum.add(t)
+		sum.plus(h)
 	}
 	return sum, nil
 }
@@ -245,9 +406,9 @@ func (bc *benchCluster) watch() *rolloutWatch {
 
 // wait waits until that many pods are Ready and every IP of theirs is in an EndpointSlice, and
 // returns each pod's start and endpoint propagation (Ready until its last IP is in an
-// EndpointSlice) in ms: the informers' times, not the polls'.
+// EndpointSlice) in seconds: the informers' times, not the polls'.
 func (w *rolloutWatch) wait(ctx context.Context, pods int) (starts, endpoints []float64, err error) {
-	err = harness.Poll(ctx, 5*time.Minute, 100*time.Millisecond, func() error {
+	err = harness.Poll(ctx, 10*time.Minute, 100*time.Millisecond, func() error {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		starts, endpoints = nil, nil
@@ -261,7 +422,7 @@ func (w *rolloutWatch) wait(ctx context.Context, pods int) (starts, endpoints []
 					last = t
 				}
 			}
-			starts, endpoints = append(starts, msBetween(w.start, ready)), append(endpoints, msBetween(ready, last))
+			starts, endpoints = append(starts, ready.Sub(w.start).Seconds()), append(endpoints, last.Sub(ready).Seconds())
 		}
 		if len(w.ready) < pods || missing > 0 {
 			return fmt.Errorf("%d of %d pods Ready, %d of their IPs not in the EndpointSlices", len(w.ready), pods, missing)

@@ -39,16 +39,15 @@ type runningPlugin struct {
 	spec   statusPlugin
 	proc   *harness.Process
 	ready  string // the file it creates once synchronized
-	ping   string // its ping socket
 	prefix netip.Prefix
 }
 
 // withInstances creates an instance of each configuration with pods running pods, its daemon
-// stopped, runs fn on them, and removes them, also after an error. Every instance has the same
-// generated configuration (a CNI network of bridge, host-local, portmap and loopback, NRI, a
-// metrics endpoint) but for disable_cni.
-func withInstances(ctx context.Context, s settings, configs []configuration, pods int, fn func([]*instance) error) (err error) {
-	var instances []*instance
+// stopped, runs fn on them (by configuration), and removes them, also after an error. Every
+// instance has the same generated configuration (a CNI network of bridge, host-local, portmap and
+// loopback, NRI, a metrics endpoint) but for disable_cni.
+func withInstances(ctx context.Context, s settings, configs []configuration, pods int, fn func(map[string]*instance) error) (err error) {
+	instances := map[string]*instance{}
 	defer func() {
 		for _, in := range instances {
 			err = errors.Join(err, in.h.Close())
@@ -78,7 +77,7 @@ func withInstances(ctx context.Context, s settings, configs []configuration, pod
 		if in.h, err = harness.New(ctx, opts); err != nil {
 			return fmt.Errorf("configuration %s: %w", c.Key, err)
 		}
-		instances = append(instances, in)
+		instances[c.Key] = in
 		start := time.Now()
 		if err = in.startNetwork(ctx); err == nil { // the long-running pods, four at a time
 			in.pods, _, err = in.startPods(ctx, pods, 4, func(i int) string { return fmt.Sprintf("bench-%03d", i) })
@@ -134,13 +133,13 @@ func (in *instance) stop() error {
 func (in *instance) launchPlugins() error {
 	for _, spec := range in.c.Plugins {
 		name := spec.Index + "-" + spec.Name
-		p := &runningPlugin{spec: spec, ready: filepath.Join(in.h.Root, name+".ready"), ping: filepath.Join(in.h.Root, name+".ping"),
+		p := &runningPlugin{spec: spec, ready: filepath.Join(in.h.Root, name+".ready"),
 			prefix: netip.PrefixFrom(netip.MustParseAddr(spec.Prefix), 48)}
 		if err := os.Remove(p.ready); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 		args := []string{"-nri-socket", in.h.NRISocket, "-name", spec.Name, "-idx", spec.Index, "-prefix", spec.Prefix,
-			"-delay", spec.Delay.String(), "-ready-file", p.ready, "-ping-socket", p.ping,
+			"-ready-file", p.ready,
 			fmt.Sprintf("-primary=%t", spec.Primary), fmt.Sprintf("-at-run-pod-sandbox=%t", spec.AtRunPodSandbox)}
 		var err error
 		if p.proc, err = in.h.StartProcess("plugin-"+name, in.s.Plugin, args...); err != nil {
@@ -208,42 +207,38 @@ func (in *instance) checkPods(ctx context.Context, ids []string) error {
 	return forEach(len(ids), stormWidth, func(i int) error { return in.checkPod(ctx, ids[i]) })
 }
 
-// startPods starts n pods, named by name, width at a time; it returns their IDs and the time of
-// each RunPodSandbox in ms.
-func (in *instance) startPods(ctx context.Context, n, width int, name func(i int) string) (ids []string, ms []float64, err error) {
-	ids, ms = make([]string, n), make([]float64, n)
+// startPods starts n pods, named by name, width at a time; it returns their IDs and the seconds
+// of each RunPodSandbox.
+func (in *instance) startPods(ctx context.Context, n, width int, name func(i int) string) (ids []string, seconds []float64, err error) {
+	ids, seconds = make([]string, n), make([]float64, n)
 	err = forEach(n, width, func(i int) error {
 		start := time.Now()
 		resp, err := in.h.Runtime.RunPodSandbox(ctx, &criruntime.RunPodSandboxRequest{Config: in.h.PodConfig(name(i))})
 		if err != nil {
 			return fmt.Errorf("run pod %s: %w", name(i), err)
 		}
-		ids[i], ms[i] = resp.PodSandboxId, msSince(start)
+		ids[i], seconds[i] = resp.PodSandboxId, time.Since(start).Seconds()
 		return nil
 	})
-	return ids, ms, err
+	return ids, seconds, err
 }
 
-// removePods stops and removes the pods, width at a time; it returns the time of each
-// StopPodSandbox + RemovePodSandbox in ms.
+// removePods stops and removes the pods, width at a time; it returns the seconds of each
+// StopPodSandbox + RemovePodSandbox.
 func (in *instance) removePods(ctx context.Context, ids []string, width int) ([]float64, error) {
-	ms := make([]float64, len(ids))
+	seconds := make([]float64, len(ids))
 	err := forEach(len(ids), width, func(i int) error {
 		start := time.Now()
 		err := in.h.RemovePod(ctx, ids[i])
-		ms[i] = msSince(start)
+		seconds[i] = time.Since(start).Seconds()
 		return err
 	})
-	return ms, err
+	return seconds, err
 }
 
-func msSince(t time.Time) float64 { return msBetween(t, time.Now()) }
-
-func msBetween(from, to time.Time) float64 { return float64(to.Sub(from).Nanoseconds()) / 1e6 }
-
 // load calls call from width workers, each with its own sequence number, for d or until ctx ends:
-// the latency of every successful call in ms and the seconds it took; a failed call fails it.
-func load(ctx context.Context, width int, d time.Duration, call func(ctx context.Context, i int) error) ([]float64, float64, error) {
+// the seconds of every successful call; a failed call fails it.
+func load(ctx context.Context, width int, d time.Duration, call func(ctx context.Context, i int) error) ([]float64, error) {
 	latencies, failures := make([][]float64, width), make([][]error, width)
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -253,7 +248,7 @@ func load(ctx context.Context, width int, d time.Duration, call func(ctx context
 			for ctx.Err() == nil && time.Since(start) < d {
 				t := time.Now()
 				if err := call(ctx, int(next.Add(1)-1)); err == nil {
-					latencies[w] = append(latencies[w], msSince(t))
+					latencies[w] = append(latencies[w], time.Since(t).Seconds())
 				} else if ctx.Err() == nil {
 					failures[w] = append(failures[w], err)
 				}
@@ -261,11 +256,11 @@ func load(ctx context.Context, width int, d time.Duration, call func(ctx context
 		})
 	}
 	wg.Wait()
-	ms, errs, err := slices.Concat(latencies...), slices.Concat(failures...), ctx.Err()
+	seconds, errs, err := slices.Concat(latencies...), slices.Concat(failures...), ctx.Err()
 	if len(errs) > 0 {
-		err = fmt.Errorf("%d of %d calls failed, first: %w", len(errs), len(errs)+len(ms), errs[0])
+		err = fmt.Errorf("%d of %d calls failed, first: %w", len(errs), len(errs)+len(seconds), errs[0])
 	}
-	return ms, time.Since(start).Seconds(), err
+	return seconds, err
 }
 
 // statusCall queries the long-running pods' status round robin.

@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
-	"strings"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"github.com/prometheus/procfs"
 )
 
 // latencyMetric is a latency histogram the bench reads from containerd's or the kubelet's
@@ -18,7 +17,7 @@ import (
 type latencyMetric struct {
 	name                string
 	pluginLabel, plugin string
-	opLabel, operation  string
+	opLabel             string
 }
 
 // Plugin names of the histograms that have no plugin label.
@@ -33,32 +32,30 @@ var latencyMetrics = []latencyMetric{
 	// CRI's CNI setup and teardown of a pod; go-metrics appends _seconds to the timer's name.
 	{name: "containerd_cri_network_plugin_operations_duration_seconds_seconds", plugin: cniTimer, opLabel: "operation_type"},
 	{name: "kubelet_runtime_operations_duration_seconds", plugin: kubeletTimer, opLabel: "operation_type"},
-	{name: "kubelet_pod_start_sli_duration_seconds", plugin: kubeletTimer, operation: "pod_start"},
 }
 
 type timerKey struct{ plugin, operation string }
 
-// timers are the latencyMetrics at one moment: per plugin and operation, calls and seconds.
-type timers map[timerKey][2]float64
-
-// Timer is the calls of one operation of one plugin between two readings, and their mean.
-type Timer struct {
-	Plugin    string  `json:"plugin"`
-	Operation string  `json:"operation"`
-	Calls     int     `json:"calls"`
-	MeanMs    float64 `json:"meanMs"`
+// histogram is one latency histogram, its series of a plugin and operation summed: calls,
+// seconds, and the cumulative calls of each bucket by its upper bound.
+type histogram struct {
+	count, sum float64
+	buckets    map[float64]float64
 }
 
-func parseTimers(r io.Reader) (timers, error) {
+// histograms are the latencyMetrics at one moment, by plugin and operation.
+type histograms map[timerKey]histogram
+
+func parseHistograms(r io.Reader) (histograms, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(r)
 	if err != nil {
 		return nil, err
 	}
-	t := timers{}
+	hs := histograms{}
 	for _, m := range latencyMetrics {
 		for _, series := range families[m.name].GetMetric() {
-			k := timerKey{m.plugin, m.operation}
+			k := timerKey{plugin: m.plugin}
 			for _, l := range series.GetLabel() {
 				switch l.GetName() {
 				case m.pluginLabel:
@@ -68,13 +65,16 @@ func parseTimers(r io.Reader) (timers, error) {
 				}
 			}
 			h := series.GetHistogram()
-			t[k] = [2]float64{t[k][0] + float64(h.GetSampleCount()), t[k][1] + h.GetSampleSum()}
+			hs.add(k, histogram{count: float64(h.GetSampleCount()), sum: h.GetSampleSum(), buckets: map[float64]float64{}}, 1)
+			for _, b := range h.GetBucket() {
+				hs[k].buckets[b.GetUpperBound()] += float64(b.GetCumulativeCount())
+			}
 		}
 	}
-	return t, nil
+	return hs, nil
 }
 
-func fetchTimers(ctx context.Context, url string) (timers, error) {
+func fetchHistograms(ctx context.Context, url string) (histograms, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
@@ -87,45 +87,65 @@ func fetchTimers(ctx context.Context, url string) (timers, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("metrics %s: %s", url, resp.Status)
 	}
-	return parseTimers(resp.Body)
+	return parseHistograms(resp.Body)
 }
 
-// add sums other into t (the nodes of a cluster).
-func (t timers) add(other timers) {
-	for k, v := range other {
-		t[k] = [2]float64{t[k][0] + v[0], t[k][1] + v[1]}
+// add adds sign × h to hs[k].
+func (hs histograms) add(k timerKey, h histogram, sign float64) {
+	sum := hs[k]
+	sum.count, sum.sum = sum.count+sign*h.count, sum.sum+sign*h.sum
+	if sum.buckets == nil {
+		sum.buckets = map[float64]float64{}
 	}
+	for bound, calls := range h.buckets {
+		sum.buckets[bound] += sign * calls
+	}
+	hs[k] = sum
 }
 
-// since returns the calls made between from and t, sorted by plugin and operation.
-func (t timers) since(from timers) []Timer {
-	var out []Timer
-	for k, v := range t {
-		if calls := v[0] - from[k][0]; calls > 0 {
-			out = append(out, Timer{k.plugin, k.operation, int(calls), (v[1] - from[k][1]) / calls * 1000})
-		}
+// plus sums other into hs (the nodes of a cluster).
+func (hs histograms) plus(other histograms) histograms {
+	for k, h := range other {
+		hs.add(k, h, 1)
 	}
-	slices.SortFunc(out, func(a, b Timer) int {
-		return strings.Compare(a.Plugin+" "+a.Operation, b.Plugin+" "+b.Operation)
-	})
-	return out
+	return hs
+}
+
+// since returns the calls made between from and hs.
+func (hs histograms) since(from histograms) histograms {
+	delta := histograms{}.plus(hs)
+	for k, h := range from {
+		delta.add(k, h, -1)
+	}
+	return delta
 }
 
 // pluginCalls counts the calls of operation to every plugin but CNI and the kubelet.
-func pluginCalls(ts []Timer, operation string) int {
-	n := 0
-	for _, t := range ts {
-		if t.Operation == operation && t.Plugin != cniTimer && t.Plugin != kubeletTimer {
-			n += t.Calls
+func (hs histograms) pluginCalls(operation string) int {
+	n := 0.0
+	for k, h := range hs {
+		if k.operation == operation && k.plugin != cniTimer && k.plugin != kubeletTimer {
+			n += h.count
 		}
 	}
-	return n
+	return int(n)
 }
 
-// busyShare is the share of the machine's CPUs busy between two /proc/stat readings.
-func busyShare(from, to procfs.CPUStat) float64 {
-	busy := func(c procfs.CPUStat) float64 { return c.User + c.Nice + c.System + c.IRQ + c.SoftIRQ + c.Steal }
-	total := busy(to) + to.Idle + to.Iowait - busy(from) - from.Idle - from.Iowait
-	share, _ := ratio(busy(to)-busy(from), total)
-	return share
+// mean is the mean latency in seconds, 0 without calls.
+func (h histogram) mean() float64 {
+	if h.count <= 0 {
+		return 0
+	}
+	return h.sum / h.count
+}
+
+// bound is the upper bound of the bucket the q-quantile falls into: as finely as the histogram
+// tells it.
+func (h histogram) bound(q float64) float64 {
+	bounds := slices.Sorted(maps.Keys(h.buckets))
+	i := slices.IndexFunc(bounds, func(b float64) bool { return h.buckets[b] >= q*h.count })
+	if i < 0 || h.count <= 0 {
+		return 0
+	}
+	return bounds[i]
 }

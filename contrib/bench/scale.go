@@ -17,54 +17,55 @@ import (
 )
 
 // scaleConfigs are the configurations of the scale part: upstream, knext with a status plugin
-// (its last known answers persisted per pod, C4), knext CNI-less.
-var scaleConfigs = []string{cfgUpstream, cfgOnePlugin, cfgCNILess}
+// (its last known answers persisted per pod, C4), knext CNI-less, and the A/A pair.
+var (
+	scaleConfigs = []string{cfgUpstream, cfgOnePlugin, cfgCNILess, cfgUpstreamAgain}
+	scalePairs   = []pairing{{cfgUpstream, cfgOnePlugin}, {cfgUpstream, cfgCNILess}, aaPair}
+)
 
-// ScaleSample is one restart of a configuration with -scale-pods pods.
-type ScaleSample struct {
-	Config string `json:"config"`
-	Round  int    `json:"round"`
-	// SweepMs is PodSandboxStatus of every pod one after the other, as a restarted kubelet asks.
-	SweepMs    float64 `json:"sweepMs"`
-	SweepP50Ms float64 `json:"sweepP50Ms"`
-	// From SIGTERM to the daemon until CRI answers again, and until every pod has answered READY
-	// with its IPs.
-	ReadySeconds    float64 `json:"readySeconds"`
-	AnsweredSeconds float64 `json:"answeredSeconds"`
-}
-
-// PersistedBytes is what a configuration stores per pod (median over the pods): its sandbox
-// record in containerd's meta.db, of which knext's last known NRI answers (the extension
-// nri-network), and nri-bridge's whole store divided by the pods.
-type PersistedBytes struct {
-	Config        string  `json:"config"`
-	SandboxRecord float64 `json:"sandboxRecord"`
-	NRINetwork    float64 `json:"nriNetwork"`
-	Bridge        float64 `json:"nriBridge,omitempty"`
-}
-
-func runScale(ctx context.Context, s settings, configs []configuration, r *report) error {
+func runScale(ctx context.Context, s settings, configs []configuration, rep *report) error {
 	configs = slices.DeleteFunc(slices.Clone(configs), func(c configuration) bool { return !slices.Contains(scaleConfigs, c.Key) })
-	return withInstances(ctx, s, configs, s.ScalePods, func(instances []*instance) error {
-		for round := 1; round <= s.ScaleRepeats; round++ {
-			for _, in := range rotated(instances, round) {
-				sample, err := in.measureScale(ctx, round)
-				if err != nil {
-					return fmt.Errorf("scale: configuration %s, round %d: %w\n%s", in.c.Key, round, err, in.h.LogTail(20))
+	return withInstances(ctx, s, configs, s.ScalePods, func(instances map[string]*instance) error {
+		for n := 1; n <= s.Repeats; n++ {
+			err := rep.measureRound(ctx, "scale", n, func(r *round) error {
+				samples := map[string]scaleSample{}
+				for _, c := range rotated(configs, n) {
+					in := instances[c.Key]
+					if err := r.phase(ctx, "scale "+c.Key, func() (err error) { samples[c.Key], err = in.measureScale(ctx); return err }); err != nil {
+						return fmt.Errorf("configuration %s: %w\n%s", c.Key, err, in.h.LogTail(20))
+					}
 				}
-				r.Scale = append(r.Scale, sample)
+				for _, p := range scalePairs {
+					if sample, ok := samples[p.config]; ok {
+						up := samples[p.base]
+						r.pair("ScaleSweep", p, s.ScalePods, sample.sweep, up.sweep, secPerOp)
+						r.pair("ScaleSweepP50", p, s.ScalePods, sample.sweepP50, up.sweepP50, secPerOp)
+						r.pair("RestartReady", p, s.ScalePods, sample.ready, up.ready, secPerOp)
+						r.pair("RestartAnswered", p, s.ScalePods, sample.answered, up.answered, secPerOp)
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return err
 			}
 		}
-		for _, in := range instances {
-			p, err := in.persistedBytes()
+		for _, c := range configs {
+			p, err := instances[c.Key].persistedBytes()
 			if err != nil {
-				return fmt.Errorf("scale: configuration %s: %w", in.c.Key, err)
+				return fmt.Errorf("scale: configuration %s: %w", c.Key, err)
 			}
-			r.Persisted = append(r.Persisted, p)
+			rep.Results = append(rep.Results, p)
 		}
 		return nil
 	})
 }
+
+// scaleSample is one restart of a configuration with -scale-pods pods, in seconds: the sweep
+// (PodSandboxStatus of every pod one after the other, as a restarted kubelet asks) and its
+// median query, and from SIGTERM to the daemon until CRI answers again and until every pod has
+// answered READY with its IPs.
+type scaleSample struct{ sweep, sweepP50, ready, answered float64 }
 
 // waitAnswered queries the pods, pending ones again and again, until each has answered READY with
 // its IPs (an IP of every status plugin).
@@ -83,8 +84,8 @@ func (in *instance) waitAnswered(ctx context.Context) error {
 
 // measureScale sweeps every pod's status once, then restarts the daemon and waits until every pod
 // answers again.
-func (in *instance) measureScale(ctx context.Context, round int) (_ ScaleSample, err error) {
-	sample := ScaleSample{Config: in.c.Key, Round: round}
+func (in *instance) measureScale(ctx context.Context) (_ scaleSample, err error) {
+	var sample scaleSample
 	if err := in.h.Start(ctx); err != nil {
 		return sample, err
 	}
@@ -102,9 +103,9 @@ func (in *instance) measureScale(ctx context.Context, round int) (_ ScaleSample,
 		if _, err := in.h.Runtime.PodSandboxStatus(ctx, &criruntime.PodSandboxStatusRequest{PodSandboxId: id}); err != nil {
 			return sample, err
 		}
-		latencies = append(latencies, msSince(t))
+		latencies = append(latencies, time.Since(t).Seconds())
 	}
-	sample.SweepMs, sample.SweepP50Ms = msSince(start), percentile(latencies, 0.5)
+	sample.sweep, sample.sweepP50 = time.Since(start).Seconds(), quantile(latencies, 0.5)
 
 	// nri-bridge reconnects by itself; a status plugin exits with its connection and is started
 	// again, as a service manager would, and the pods are queried at once, without waiting for it.
@@ -112,7 +113,7 @@ func (in *instance) measureScale(ctx context.Context, round int) (_ ScaleSample,
 	if err := errors.Join(in.h.Stop(), in.h.Start(ctx)); err != nil {
 		return sample, err
 	}
-	sample.ReadySeconds = time.Since(start).Seconds()
+	sample.ready = time.Since(start).Seconds()
 	for _, p := range in.plugins { // exited: reaped, to be started again
 		if err := p.proc.Stop(); err != nil {
 			return sample, err
@@ -125,18 +126,16 @@ func (in *instance) measureScale(ctx context.Context, round int) (_ ScaleSample,
 	if err := in.waitAnswered(ctx); err != nil {
 		return sample, err
 	}
-	sample.AnsweredSeconds = time.Since(start).Seconds()
-	if err := in.waitSynchronized(ctx); err != nil { // untimed, before they are stopped
-		return sample, err
-	}
-	log.Printf("bench: scale %s round %d: sweep %.1f ms; restart: CRI after %.2f s, every pod answered after %.2f s",
-		in.c.Key, round, sample.SweepMs, sample.ReadySeconds, sample.AnsweredSeconds)
-	return sample, nil
+	sample.answered = time.Since(start).Seconds()
+	log.Printf("bench: scale %s: sweep %.1f ms; restart: CRI after %.2f s, every pod answered after %.2f s",
+		in.c.Key, 1e3*sample.sweep, sample.ready, sample.answered)
+	return sample, in.waitSynchronized(ctx) // untimed, before they are stopped
 }
 
-// persistedBytes reads what the stopped daemon and nri-bridge stored per pod.
-func (in *instance) persistedBytes() (PersistedBytes, error) {
-	p := PersistedBytes{Config: in.c.Key}
+// persistedBytes reads what the stopped daemon and nri-bridge stored per pod (median over the
+// pods), as a benchmark line: its sandbox record in containerd's meta.db, of which knext's last
+// known NRI answers (the extension nri-network), and nri-bridge's whole store divided by the pods.
+func (in *instance) persistedBytes() (string, error) {
 	var sandbox, nri []float64
 	err := readBolt(filepath.Join(in.h.Root, "root", "io.containerd.metadata.v1.bolt", "meta.db"), func(tx *bolt.Tx) error {
 		sandboxes := tx.Bucket([]byte("v1")).Bucket([]byte(harness.Namespace)).Bucket([]byte("sandboxes"))
@@ -153,16 +152,17 @@ func (in *instance) persistedBytes() (PersistedBytes, error) {
 		}
 		return nil
 	})
-	p.SandboxRecord, p.NRINetwork = percentile(sandbox, 0.5), percentile(nri, 0.5)
+	bridge := 0.0
 	if err == nil && in.c.bridged() {
 		err = readBolt(filepath.Join(in.h.NRIBridgeStateDir(), "allocations.db"), func(tx *bolt.Tx) error {
 			return tx.ForEach(func(_ []byte, b *bolt.Bucket) error {
-				p.Bridge += float64(bucketBytes(b)) / float64(len(in.pods))
+				bridge += float64(bucketBytes(b)) / float64(len(in.pods))
 				return nil
 			})
 		})
 	}
-	return p, err
+	return benchLine("StoredBytes/config="+in.c.Key, len(in.pods), value(quantile(sandbox, 0.5), "B/pod"),
+		value(quantile(nri, 0.5), "nri-network-B/pod"), value(bridge, "nri-bridge-B/pod")), err
 }
 
 func readBolt(path string, fn func(*bolt.Tx) error) error {

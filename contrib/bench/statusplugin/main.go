@@ -1,8 +1,6 @@
 // Command statusplugin is the bench's NRI status plugin. It gives every pod it learns about
 // (Synchronize, RunPodSandbox) an IP of its own prefix and answers PodSandboxStatus with it from
-// memory, optionally after a fixed delay; it creates -ready-file once synchronized and serves a
-// no-op ttrpc service on -ping-socket (package ping): the bare round trip to this process. With
-// -at-run-pod-sandbox it reports the IP in its RunPodSandbox answer instead and is not subscribed
+// memory; it creates -ready-file once synchronized. With -at-run-pod-sandbox it reports the IP in its RunPodSandbox answer instead and is not subscribed
 // to PodSandboxStatus, so that the runtime never asks it again (docs/design.md S10).
 package main
 
@@ -13,24 +11,19 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log"
-	"net"
 	"net/netip"
 	"os"
 	"os/signal"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
-
-	"github.com/knext-dev/knext/contrib/bench/ping"
 )
 
 type plugin struct {
-	primary   bool          // answer the pod's primary IP, else an additional IP
-	delay     time.Duration // spent before each answer
-	prefix    netip.Addr    // a pod's IP is the prefix with a hash of the pod's ID as its last 32 bits
+	primary   bool       // answer the pod's primary IP, else an additional IP
+	prefix    netip.Addr // a pod's IP is the prefix with a hash of the pod's ID as its last 32 bits
 	readyFile string
 	ips       sync.Map // pod sandbox ID -> its IP, a string
 }
@@ -64,14 +57,7 @@ func (p *plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error 
 	return nil
 }
 
-func (p *plugin) PodSandboxStatus(ctx context.Context, pod *api.PodSandbox) (*api.PodSandboxStatusResponse, error) {
-	if p.delay > 0 { // a timer of 0 would still cost a fast plugin a trip through the scheduler
-		select {
-		case <-time.After(p.delay):
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
+func (p *plugin) PodSandboxStatus(_ context.Context, pod *api.PodSandbox) (*api.PodSandboxStatusResponse, error) {
 	ip, ok := p.ips.Load(pod.Id)
 	switch {
 	case !ok:
@@ -104,11 +90,9 @@ func main() {
 	name := flag.String("name", "bench-status", "plugin name")
 	index := flag.String("idx", "50", "plugin index (two digits)")
 	prefix := flag.String("prefix", "2001:db8:1::", "IPv6 prefix of the IPs this plugin reports")
-	pingSocket := flag.String("ping-socket", "", "unix socket to serve the no-op ttrpc ping service on (optional)")
 	p := &plugin{}
 	flag.StringVar(&p.readyFile, "ready-file", "", "file to create once synchronized (required)")
 	flag.BoolVar(&p.primary, "primary", false, "report the pod's primary IP instead of an additional one")
-	flag.DurationVar(&p.delay, "delay", 0, "time spent on each PodSandboxStatus answer")
 	atRun := flag.Bool("at-run-pod-sandbox", false, "report the primary IP in the RunPodSandbox answer, not subscribed to PodSandboxStatus")
 	flag.Parse()
 	log.SetFlags(0)
@@ -119,18 +103,6 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if *pingSocket != "" {
-		os.Remove(*pingSocket)
-		l, err := net.Listen("unix", *pingSocket)
-		if err != nil {
-			log.Fatal(err)
-		}
-		go func() {
-			if err := ping.Serve(ctx, l); err != nil {
-				log.Printf("ping socket: %v", err)
-			}
-		}()
-	}
 	var handlers any = p
 	if *atRun {
 		handlers = runReporter{p}

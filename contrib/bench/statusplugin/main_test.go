@@ -6,21 +6,20 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
 )
 
-func newTestPlugin(t *testing.T, primary bool, delay time.Duration) *plugin {
-	return &plugin{primary: primary, delay: delay, prefix: netip.MustParseAddr("2001:db8:7::"), readyFile: filepath.Join(t.TempDir(), "ready")}
+func newTestPlugin(t *testing.T, primary bool) *plugin {
+	return &plugin{primary: primary, prefix: netip.MustParseAddr("2001:db8:7::"), readyFile: filepath.Join(t.TempDir(), "ready")}
 }
 
 var ownPrefix = netip.MustParsePrefix("2001:db8:7::/64")
 
 func TestAnswersFromMemoryOnceSynchronized(t *testing.T) {
 	ctx := context.Background()
-	p := newTestPlugin(t, true, 0)
+	p := newTestPlugin(t, true)
 	pod := &api.PodSandbox{Id: "pod-1"}
 	_, syncErr := p.Synchronize(ctx, []*api.PodSandbox{pod}, nil)
 	if _, err := os.Stat(p.readyFile); syncErr != nil || err != nil {
@@ -33,7 +32,7 @@ func TestAnswersFromMemoryOnceSynchronized(t *testing.T) {
 	}
 
 	// The IP depends on the pod only: a restarted plugin answers the same.
-	again := newTestPlugin(t, false, 0)
+	again := newTestPlugin(t, false)
 	runErr := again.RunPodSandbox(ctx, pod)
 	if resp, _ := again.PodSandboxStatus(ctx, pod); runErr != nil || resp.Ip != "" || len(resp.AdditionalIps) != 1 || resp.AdditionalIps[0] != ip.String() {
 		t.Errorf("additional-IP plugin answered %v (RunPodSandbox: %v), want only additional %s", resp, runErr, ip)
@@ -45,17 +44,8 @@ func TestAnswersFromMemoryOnceSynchronized(t *testing.T) {
 	}
 }
 
-func TestDelayIsCancellable(t *testing.T) {
-	p := newTestPlugin(t, true, time.Hour)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := p.PodSandboxStatus(ctx, &api.PodSandbox{Id: "pod-1"}); err == nil {
-		t.Error("answer for a cancelled request, want its error")
-	}
-}
-
 func TestRunReporterAnswersAtRunPodSandboxOnly(t *testing.T) {
-	p := newTestPlugin(t, true, 0)
+	p := newTestPlugin(t, true)
 	var handlers any = runReporter{p}
 	if _, ok := handlers.(stub.PodSandboxStatusInterface); ok {
 		t.Fatal("the RunPodSandbox reporter implements PodSandboxStatus: the stub would subscribe it to status queries")
