@@ -154,7 +154,7 @@ bench-cluster:
 # report of `make bench` (BENCH_REPORT, by default the last run's).
 BENCH_REPORT ?= $(BENCH)/report.json
 bench-doc:
-	go run ./contrib/bench doc -report $(BENCH_REPORT) -page docs/performance.md -out docs/performance
+	go run ./contrib/bench doc -report $(BENCH_REPORT)
 
 # The CRI validation suite (critest) against upstream containerd with CNI, knext with CNI and knext
 # CNI-less with nri-bridge, in one run, compared (docs/conformance.md); not part of `make test`.

@@ -64,12 +64,12 @@ func testReport() *report {
 	r := &report{Settings: settings{Repeats: 8, MaxLoad: 0.25, MaxRedos: 2, ClusterPods: 100, ClusterNodes: 3, NodePods: 110},
 		Redone: 3, KeptLoaded: 1, Configurations: configurations()}
 	r.Results = slices.Concat(
-		pairedLines("Status/c1", pairing{cfgUpstream, cfgKnext}, 1.0, 8),            // met
-		pairedLines("Status/c1", aaPair, 1.0, 8),                                     // the A/A pair
-		pairedLines("Status/c16", pairing{cfgUpstream, cfgKnext}, 1.5, 8),           // missed
-		pairedLines("Status/c16", aaPair, 1.0, 8),                                    //
-		pairedLines("StopRemove/c1", pairing{cfgUpstream, cfgCNILess}, 0.5, 4),      // too few rounds
-		pairedLines("Cluster/ready-p50", pairing{cfgUpstream, cfgKnext}, 0.9, 8),    // no A/A pair
+		pairedLines("Status/c1", pairing{cfgUpstream, cfgKnext}, 1.0, 8),               // met
+		pairedLines("Status/c1", aaPair, 1.0, 8),                                       // the A/A pair
+		pairedLines("Status/c16", pairing{cfgUpstream, cfgKnext}, 1.5, 8),              // missed
+		pairedLines("Status/c16", aaPair, 1.0, 8),                                      //
+		pairedLines("StopRemove/c1", pairing{cfgUpstream, cfgCNILess}, 0.5, 4),         // too few rounds
+		pairedLines("Cluster/ready-p50", pairing{cfgUpstream, cfgKnext}, 0.9, 8),       // no A/A pair
 		pairedLines("Cluster/ready-p50", pairing{cfgUpstream, cfgUpstreamAgain}, 1, 0), // (none)
 		[]string{benchLine("PluginCalls/c1/config=knext", 600, value(0, "calls/op"))})
 	return r
@@ -202,7 +202,7 @@ func TestMeasureRoundRedoesALoadedRound(t *testing.T) {
 	}
 	// Round 1: loaded, then quiet. Round 2: loaded thrice, kept.
 	for n := 1; n <= 2; n++ {
-		if err := rep.measureRound(t.Context(), "part", n, measure); err != nil {
+		if err := rep.measureRound("part", n, measure); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -215,7 +215,7 @@ func TestMeasureRoundRedoesALoadedRound(t *testing.T) {
 		t.Errorf("results %q, redone %d, kept loaded %d, discarded %v", rep.Results, rep.Redone, rep.KeptLoaded, discarded)
 	}
 	failure := errors.New("broken")
-	if err := rep.measureRound(t.Context(), "part", 3, func(*round) error { return failure }); !errors.Is(err, failure) {
+	if err := rep.measureRound("part", 3, func(*round) error { return failure }); !errors.Is(err, failure) {
 		t.Errorf("a failed round: %v", err)
 	}
 }
@@ -225,12 +225,12 @@ func TestOthersShareLeavesOutTheBenchsProcesses(t *testing.T) {
 	from := cpuTimes{at: start, busy: 100, ours: map[int]float64{1: 10, 2: 5, 3: 7}}
 	// 2 s later: ours +1 s (pid 1) and +0.5 s (pid 4, new), pid 3 exited; others 0.3 s.
 	to := cpuTimes{at: start.Add(2 * time.Second), busy: 100 + 1.5 + 0.3, ours: map[int]float64{1: 11, 2: 5, 4: 0.5}}
-	want := 0.3 / (2 * float64(runtime.NumCPU()))
-	if got := to.othersShare(from); math.Abs(got-want) > 1e-9 {
-		t.Errorf("others' share %v, want %v", got, want)
+	cpus := 2 * float64(runtime.NumCPU())
+	if others, own := to.shares(from); math.Abs(others-0.3/cpus) > 1e-9 || math.Abs(own-1.5/cpus) > 1e-9 {
+		t.Errorf("shares: others' %v, own %v; want %v, %v", others, own, 0.3/cpus, 1.5/cpus)
 	}
-	if got := from.othersShare(from); got != 0 {
-		t.Errorf("others' share of no time %v", got)
+	if others, own := from.shares(from); others != 0 || own != 0 {
+		t.Errorf("shares of no time: %v, %v", others, own)
 	}
 }
 

@@ -7,12 +7,11 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -31,16 +30,11 @@ import (
 
 const clusterNamespace = "bench"
 
-// clusterFigures are what a round measures on a cluster, in seconds but the share, in this order:
-// the Deployment's rollout (from its creation until a pod is Ready with its IPs, and from then
-// until its IPs are in a ready endpoint of the Service), its rolling update (until complete), the
-// fill of one node to -node-pods pods (until all Ready) with PodSandboxStatus on that node, by
-// the kubelet's histogram (the upper bound of the bucket the quantile falls into) and queried
-// directly over the node's CRI socket, and the pod network's setup per pod by the nodes' own
-// histograms (containerd's CNI timer, or nri-bridge's NRI RunPodSandbox) with the kubelet's
-// RunPodSandbox and the share of it.
-var clusterFigures = []string{"ready-p50", "ready-p99", "endpoints-p50", "endpoints-p99", "update", "fill",
-	"kubelet-status-p50", "kubelet-status-p99", "status-p50", "status-p99", "network-setup", "run-pod-sandbox", "network-share"}
+// clusterFigures are what a round measures on a cluster, in seconds but the share
+// (docs/performance.md, Cluster).
+var clusterFigures = []string{"Cluster/ready-p50", "Cluster/ready-p99", "Cluster/endpoints-p50", "Cluster/endpoints-p99",
+	"Cluster/update", "Cluster/fill", "Cluster/kubelet-status-mean", "Cluster/kubelet-status-p99", "Cluster/status-p50",
+	"Cluster/status-p99", "Cluster/network-setup", "Cluster/run-pod-sandbox", "Cluster/network-share"}
 
 // The clusters: knext CNI-less with nri-bridge, upstream with CNI, and upstream again: the A/A pair.
 var clusterRuntimes = map[string]string{cfgKnext: cluster.RuntimeKnext, cfgUpstream: cluster.RuntimeUpstream,
@@ -56,7 +50,7 @@ func runCluster(ctx context.Context, s settings, rep *report) (err error) {
 		}
 	}()
 	for _, key := range []string{cfgKnext, cfgUpstream, cfgUpstreamAgain} {
-		bc, err := newBenchCluster(ctx, key, s.ClusterNodes)
+		bc, err := newBenchCluster(ctx, key, s.ClusterNodes, s.ClusterPods)
 		if bc != nil {
 			clusters = append(clusters, bc)
 		}
@@ -65,7 +59,7 @@ func runCluster(ctx context.Context, s settings, rep *report) (err error) {
 		}
 	}
 	for n := 1; n <= s.Repeats; n++ {
-		err := rep.measureRound(ctx, "cluster", n, func(r *round) error {
+		err := rep.measureRound("cluster", n, func(r *round) error {
 			figures := map[string]map[string]float64{}
 			for _, bc := range rotated(clusters, n) {
 				f, err := bc.measure(ctx, r, s)
@@ -74,15 +68,7 @@ func runCluster(ctx context.Context, s settings, rep *report) (err error) {
 				}
 				figures[bc.key] = f
 			}
-			for _, key := range []string{cfgKnext, cfgUpstreamAgain} {
-				for _, name := range clusterFigures {
-					unit := secPerOp
-					if name == "network-share" {
-						unit = "share"
-					}
-					r.pair("Cluster/"+name, pairing{cfgUpstream, key}, s.ClusterPods, figures[key][name], figures[cfgUpstream][name], unit)
-				}
-			}
+			r.pairFigures([]pairing{{cfgUpstream, cfgKnext}, aaPair}, figures, s.ClusterPods)
 			return nil
 		})
 		if err != nil {
@@ -99,8 +85,9 @@ type benchCluster struct {
 	image  string
 }
 
-// newBenchCluster brings the cluster up with the bench's namespace and a dual-stack Service.
-func newBenchCluster(ctx context.Context, key string, nodes int) (*benchCluster, error) {
+// newBenchCluster brings the cluster up with the bench's namespace, the Deployment web of pods
+// pods (untimed) and its dual-stack Service.
+func newBenchCluster(ctx context.Context, key string, nodes, pods int) (*benchCluster, error) {
 	dir, err := os.MkdirTemp("", "knc-bench-")
 	if err != nil {
 		return nil, err
@@ -132,19 +119,23 @@ func newBenchCluster(ctx context.Context, key string, nodes int) (*benchCluster,
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"}, IPFamilyPolicy: new(corev1.IPFamilyPolicyRequireDualStack),
 			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
 	}, metav1.CreateOptions{})
+	if err == nil {
+		_, err = bc.client.AppsV1().Deployments(clusterNamespace).Create(ctx, bc.deployment("web", pods, ""), metav1.CreateOptions{})
+	}
+	if err == nil {
+		err = bc.waitDeployment(ctx, "web")
+	}
 	return bc, err
 }
 
-// measure rolls the Deployment out, updates it, fills one node, then removes every pod of the
-// bench (untimed) so that nothing of this cluster runs while the next one is measured.
+// measure rolls a new template of web out, fills one node, then removes the fill and every
+// stopped pod of the bench (untimed), so that nothing of this cluster runs while the next one is
+// measured.
 func (bc *benchCluster) measure(ctx context.Context, r *round, s settings) (map[string]float64, error) {
 	f := map[string]float64{}
 	before, err := bc.histograms(ctx, bc.c.Nodes...)
 	if err == nil {
 		err = r.phase(ctx, bc.key+" rollout", func() error { return bc.rollout(ctx, s.ClusterPods, f) })
-	}
-	if err == nil {
-		err = r.phase(ctx, bc.key+" rolling update", func() error { return bc.update(ctx, f) })
 	}
 	if err == nil {
 		err = r.phase(ctx, bc.key+" fill", func() error { return bc.fill(ctx, s.NodePods, f) })
@@ -157,22 +148,21 @@ func (bc *benchCluster) measure(ctx context.Context, r *round, s settings) (map[
 		switch {
 		case k.plugin == cniTimer && k.operation == "set_up_pod",
 			strings.HasSuffix(k.plugin, "-"+harness.NRIBridgePlugin) && k.operation == "RunPodSandbox": // <index>-<name>
-			f["network-setup"] = h.mean()
+			f["Cluster/network-setup"] = h.mean()
 		case k.plugin == kubeletTimer && k.operation == "run_podsandbox":
-			f["run-pod-sandbox"] = h.mean()
+			f["Cluster/run-pod-sandbox"] = h.mean()
 		}
 	}
-	f["network-share"] = f["network-setup"] / f["run-pod-sandbox"]
-	log.Printf("bench: cluster %s: Ready p50 %.2f s, p99 %.2f s; endpoints p50 %.0f ms; update %.1f s; fill %.1f s; "+
-		"PodSandboxStatus p50 %.2f ms, p99 %.2f ms; network %.1f ms of RunPodSandbox %.1f ms", bc.key, f["ready-p50"], f["ready-p99"],
-		1e3*f["endpoints-p50"], f["update"], f["fill"], 1e3*f["status-p50"], 1e3*f["status-p99"], 1e3*f["network-setup"], 1e3*f["run-pod-sandbox"])
+	f["Cluster/network-share"] = f["Cluster/network-setup"] / f["Cluster/run-pod-sandbox"]
+	log.Printf("bench: cluster %s: %v", bc.key, f)
 	return f, bc.clear(ctx)
 }
 
 func labelled(app string) map[string]string { return map[string]string{"app": app} }
 
 // deployment is a Deployment of the netcheck server with pods replicas, whose pods spread evenly
-// over the nodes or all run on one.
+// over the nodes or all run on one. A rolling update starts all its new pods at once and removes
+// the old ones once they are available.
 func (bc *benchCluster) deployment(name string, pods int, node string) *appsv1.Deployment {
 	spec := corev1.PodSpec{TerminationGracePeriodSeconds: new(int64(0)),
 		Containers: []corev1.Container{{Name: "web", Image: bc.image, Args: []string{"serve"}, ImagePullPolicy: corev1.PullIfNotPresent}}}
@@ -182,53 +172,39 @@ func (bc *benchCluster) deployment(name string, pods int, node string) *appsv1.D
 	} else {
 		spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
 	}
+	surge, unavailable := intstr.FromString("100%"), intstr.FromInt32(0)
 	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: appsv1.DeploymentSpec{
 		Replicas: new(int32(pods)), Selector: &metav1.LabelSelector{MatchLabels: labelled(name)},
+		Strategy: appsv1.DeploymentStrategy{RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: &surge, MaxUnavailable: &unavailable}},
 		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labelled(name)}, Spec: spec},
 	}}
 }
 
-// rollout creates the Deployment web and waits until every pod is Ready and in the Service's
-// EndpointSlices.
+// rollout rolls a new template of web out: from then until each of its pods is Ready with its
+// IPs, and until its IPs are in the Service's EndpointSlices; and until the rolling update is
+// complete, the old pods gone.
 func (bc *benchCluster) rollout(ctx context.Context, pods int, f map[string]float64) error {
-	w := bc.watch()
-	defer close(w.stop)
-	w.start = time.Now()
-	if _, err := bc.client.AppsV1().Deployments(clusterNamespace).Create(ctx, bc.deployment("web", pods, ""), metav1.CreateOptions{}); err != nil {
-		return err
-	}
-	starts, endpoints, err := w.wait(ctx, pods)
-	f["ready-p50"], f["ready-p99"] = quantile(starts, 0.5), quantile(starts, 0.99)
-	f["endpoints-p50"], f["endpoints-p99"] = quantile(endpoints, 0.5), quantile(endpoints, 0.99)
-	return err
-}
-
-// update rolls web's pods over to a new template and waits until the rollout is complete.
-func (bc *benchCluster) update(ctx context.Context, f map[string]float64) error {
-	start := time.Now()
-	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"bench/updated":"%d"}}}}}`, start.UnixNano())
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	w := bc.watch(ctx, fmt.Sprint(time.Now().UnixNano()))
+	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"labels":{"rollout":"%s"}}}}}`, w.rollout)
 	if _, err := bc.client.AppsV1().Deployments(clusterNamespace).Patch(ctx, "web", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		return err
 	}
-	err := bc.waitDeployment(ctx, "web")
-	f["update"] = time.Since(start).Seconds()
+	starts, endpoints, err := w.wait(ctx, pods)
+	if err == nil {
+		err = bc.waitDeployment(ctx, "web")
+	}
+	f["Cluster/update"] = time.Since(w.start).Seconds()
+	f["Cluster/ready-p50"], f["Cluster/ready-p99"] = quantile(starts, 0.5), quantile(starts, 0.99)
+	f["Cluster/endpoints-p50"], f["Cluster/endpoints-p99"] = quantile(endpoints, 0.5), quantile(endpoints, 0.99)
 	return err
 }
 
-// waitDeployment waits until every replica of the Deployment is updated and available, and no
-// old one is left.
+// waitDeployment waits until the Deployment's rollout is complete.
 func (bc *benchCluster) waitDeployment(ctx context.Context, name string) error {
 	return harness.Poll(ctx, 10*time.Minute, 100*time.Millisecond, func() error {
-		d, err := bc.client.AppsV1().Deployments(clusterNamespace).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if st, want := d.Status, *d.Spec.Replicas; st.ObservedGeneration < d.Generation || st.UpdatedReplicas != want ||
-			st.AvailableReplicas != want || st.Replicas != want {
-			return fmt.Errorf("deployment %s: %d of %d replicas updated, %d available, %d in all", name, st.UpdatedReplicas, want,
-				st.AvailableReplicas, st.Replicas)
-		}
-		return nil
+		return cluster.DeploymentReady(ctx, bc.client, clusterNamespace, name)
 	})
 }
 
@@ -241,12 +217,9 @@ func (bc *benchCluster) fill(ctx context.Context, nodePods int, f map[string]flo
 	if err != nil {
 		return err
 	}
-	running := 0
-	for _, p := range pods.Items {
-		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-			running++
-		}
-	}
+	running := len(slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { // what goes leaves room for the fill
+		return p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+	}))
 	before, err := bc.histograms(ctx, node)
 	if err != nil {
 		return err
@@ -258,13 +231,13 @@ func (bc *benchCluster) fill(ctx context.Context, nodePods int, f map[string]flo
 	if err := bc.waitDeployment(ctx, "fill"); err != nil {
 		return err
 	}
-	f["fill"] = time.Since(start).Seconds()
+	f["Cluster/fill"] = time.Since(start).Seconds()
 	after, err := bc.histograms(ctx, node)
 	if err != nil {
 		return err
 	}
 	kubelet := after.since(before)[timerKey{kubeletTimer, "podsandbox_status"}]
-	f["kubelet-status-p50"], f["kubelet-status-p99"] = kubelet.bound(0.5), kubelet.bound(0.99)
+	f["Cluster/kubelet-status-mean"], f["Cluster/kubelet-status-p99"] = kubelet.mean(), kubelet.bound(0.99)
 	rt, _, closeConn, err := node.CRI()
 	if err != nil {
 		return err
@@ -283,23 +256,21 @@ func (bc *benchCluster) fill(ctx context.Context, nodePods int, f map[string]flo
 		}
 		seconds = append(seconds, time.Since(t).Seconds())
 	}
-	f["status-p50"], f["status-p99"] = quantile(seconds, 0.5), quantile(seconds, 0.99)
+	f["Cluster/status-p50"], f["Cluster/status-p99"] = quantile(seconds, 0.5), quantile(seconds, 0.99)
 	return nil
 }
 
-// clear deletes the bench's Deployments, waits until their pods are gone, and removes their
-// sandboxes on every node, which the kubelet would otherwise collect within a minute, while the
-// next cluster is measured.
+// clear deletes the Deployment fill, waits until its pods are gone, and removes the stopped
+// sandboxes of the bench's pods on every node, which the kubelet would otherwise collect within a
+// minute, while the next cluster is measured.
 func (bc *benchCluster) clear(ctx context.Context) error {
-	for _, name := range []string{"web", "fill"} {
-		if err := bc.client.AppsV1().Deployments(clusterNamespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-			return err
-		}
+	if err := bc.client.AppsV1().Deployments(clusterNamespace).Delete(ctx, "fill", metav1.DeleteOptions{}); err != nil {
+		return err
 	}
 	err := harness.Poll(ctx, 5*time.Minute, 200*time.Millisecond, func() error {
-		pods, err := bc.client.CoreV1().Pods(clusterNamespace).List(ctx, metav1.ListOptions{})
+		pods, err := bc.client.CoreV1().Pods(clusterNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=fill"})
 		if err == nil && len(pods.Items) > 0 {
-			err = fmt.Errorf("%d pods of the bench left", len(pods.Items))
+			err = fmt.Errorf("%d pods of fill left", len(pods.Items))
 		}
 		return err
 	})
@@ -307,32 +278,32 @@ func (bc *benchCluster) clear(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		err = removeSandboxes(ctx, node)
+		err = removeStopped(ctx, node)
 	}
 	return err
 }
 
-// removeSandboxes stops and removes the node's sandboxes of the bench's pods.
-func removeSandboxes(ctx context.Context, node *cluster.NodeState) error {
+// removeStopped removes the node's stopped sandboxes of the bench's pods, 8 at a time, until none
+// is left: the kubelet may be removing some at the same time.
+func removeStopped(ctx context.Context, node *cluster.NodeState) error {
 	rt, _, closeConn, err := node.CRI()
 	if err != nil {
 		return err
 	}
 	defer closeConn()
-	sandboxes, err := rt.ListPodSandbox(ctx, &criruntime.ListPodSandboxRequest{Filter: &criruntime.PodSandboxFilter{
-		LabelSelector: map[string]string{"io.kubernetes.pod.namespace": clusterNamespace}}})
-	for _, sb := range sandboxes.GetItems() {
-		if err != nil {
-			break
+	return harness.Poll(ctx, 5*time.Minute, time.Second, func() error {
+		resp, err := rt.ListPodSandbox(ctx, &criruntime.ListPodSandboxRequest{Filter: &criruntime.PodSandboxFilter{
+			State:         &criruntime.PodSandboxStateValue{State: criruntime.PodSandboxState_SANDBOX_NOTREADY},
+			LabelSelector: map[string]string{"io.kubernetes.pod.namespace": clusterNamespace}}})
+		if err != nil || len(resp.GetItems()) == 0 {
+			return err
 		}
-		if _, err = rt.StopPodSandbox(ctx, &criruntime.StopPodSandboxRequest{PodSandboxId: sb.GetId()}); err == nil {
-			_, err = rt.RemovePodSandbox(ctx, &criruntime.RemovePodSandboxRequest{PodSandboxId: sb.GetId()})
-		}
-		if status.Code(err) == codes.NotFound { // the kubelet was quicker
-			err = nil
-		}
-	}
-	return err
+		_ = forEach(len(resp.GetItems()), 8, func(i int) error { // what fails is listed again
+			_, err := rt.RemovePodSandbox(ctx, &criruntime.RemovePodSandboxRequest{PodSandboxId: resp.GetItems()[i].GetId()})
+			return err
+		})
+		return fmt.Errorf("%s: %d stopped sandboxes of the bench to remove", node.Name, len(resp.GetItems()))
+	})
 }
 
 // histograms reads the histograms of the nodes' containerd and kubelet, summed.
@@ -357,26 +328,26 @@ func (bc *benchCluster) histograms(ctx context.Context, nodes ...*cluster.NodeSt
 }
 
 // rolloutWatch records when each pod is first seen Ready with its IPs, and when each IP is first
-// seen in a ready endpoint of the namespace's EndpointSlices.
+// seen in a ready endpoint of the namespace's EndpointSlices, from start.
 type rolloutWatch struct {
-	start time.Time
-	stop  chan struct{}
-
+	rollout string // the value of the label rollout of the pods watched
+	start   time.Time
 	mu      sync.Mutex
 	ready   map[string]time.Time // pod name →
 	ips     map[string][]string  // pod name → its IPs
 	inSlice map[string]time.Time // IP →
 }
 
-func (bc *benchCluster) watch() *rolloutWatch {
-	w := &rolloutWatch{stop: make(chan struct{}), ready: map[string]time.Time{}, ips: map[string][]string{}, inSlice: map[string]time.Time{}}
+// watch starts watching the pods of rollout until ctx ends; the rollout starts when it returns.
+func (bc *benchCluster) watch(ctx context.Context, rollout string) *rolloutWatch {
+	w := &rolloutWatch{rollout: rollout, ready: map[string]time.Time{}, ips: map[string][]string{}, inSlice: map[string]time.Time{}}
 	record := func(obj any) {
 		now := time.Now()
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		switch obj := obj.(type) {
 		case *corev1.Pod:
-			if _, seen := w.ready[obj.Name]; !seen && len(obj.Status.PodIPs) > 0 && cluster.PodReady(obj) {
+			if _, seen := w.ready[obj.Name]; !seen && obj.Labels["rollout"] == w.rollout && len(obj.Status.PodIPs) > 0 && cluster.PodReady(obj) {
 				w.ready[obj.Name] = now
 				for _, ip := range obj.Status.PodIPs {
 					w.ips[obj.Name] = append(w.ips[obj.Name], ip.IP)
@@ -394,13 +365,12 @@ func (bc *benchCluster) watch() *rolloutWatch {
 	}
 	handler := cache.ResourceEventHandlerFuncs{AddFunc: record, UpdateFunc: func(_, obj any) { record(obj) }}
 	factory := informers.NewSharedInformerFactoryWithOptions(bc.client, 0, informers.WithNamespace(clusterNamespace))
-	_, podErr := factory.Core().V1().Pods().Informer().AddEventHandler(handler)
-	_, sliceErr := factory.Discovery().V1().EndpointSlices().Informer().AddEventHandler(handler)
-	if err := errors.Join(podErr, sliceErr); err != nil {
-		log.Printf("bench: cluster watch: %v", err)
-	}
-	factory.Start(w.stop)
-	factory.WaitForCacheSync(w.stop)
+	// Handlers are added before the informers start: that cannot fail.
+	_, _ = factory.Core().V1().Pods().Informer().AddEventHandler(handler)
+	_, _ = factory.Discovery().V1().EndpointSlices().Informer().AddEventHandler(handler)
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	w.start = time.Now()
 	return w
 }
 

@@ -9,49 +9,42 @@ import (
 	"strings"
 )
 
-// docMain is `knext-bench doc`: the report's tables, verdicts and prose into the page's regions,
-// the plots and the report itself next to it, so that every figure and verdict of the page comes
-// from the committed report.
+// docMain is `knext-bench doc -report FILE`, run in the repository: the report's tables, verdicts
+// and prose into docs/performance.md's regions, the plots and the report itself into
+// docs/performance, so that every figure and verdict of the page comes from the committed report.
 func docMain(args []string) error {
 	fs := flag.NewFlagSet("doc", flag.ExitOnError)
 	reportPath := fs.String("report", "build/bench/report.json", "the bench's report")
-	page := fs.String("page", "docs/performance.md", "the page whose regions <!-- bench:ID --> ... <!-- /bench:ID --> are rewritten")
-	out := fs.String("out", "docs/performance", "where the report and the plots go")
 	_ = fs.Parse(args) // ExitOnError: a wrong flag exits
 	r, err := readReport(*reportPath)
+	if err == nil {
+		err = r.write(filepath.Join("docs", "performance", "report.json"))
+	}
 	if err != nil {
 		return err
 	}
-	committed := filepath.Join(*out, "report.json")
-	if err := r.write(committed); err != nil {
-		return err
-	}
-	link, err := filepath.Rel(filepath.Dir(*page), *out)
-	if err != nil {
-		return err
-	}
-	regions, plots, err := render(r, link)
+	regions, plots, err := render(r, "performance")
 	if err != nil {
 		return err
 	}
 	for name, svg := range plots {
-		if err := os.WriteFile(filepath.Join(*out, name), svg, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join("docs", "performance", name), svg, 0o644); err != nil {
 			return err
 		}
 	}
-	text, err := os.ReadFile(*page)
-	if err != nil {
-		return err
+	text, err := os.ReadFile(filepath.Join("docs", "performance.md"))
+	page := ""
+	if err == nil {
+		page, err = fillRegions(string(text), regions)
 	}
-	updated, err := fillRegions(string(text), regions)
 	if err != nil {
-		return fmt.Errorf("%s: %w", *page, err)
+		return fmt.Errorf("docs/performance.md: %w", err)
 	}
-	return os.WriteFile(*page, []byte(updated), 0o644)
+	return os.WriteFile(filepath.Join("docs", "performance.md"), []byte(page), 0o644)
 }
 
 // pageRegions are the regions of docs/performance.md that render fills.
-var pageRegions = []string{"run", "summary", "targets", "status", "status-p99", "lifecycle", "scale", "stored", "cluster", "cluster-node"}
+var pageRegions = []string{"run", "summary", "targets", "status", "lifecycle", "scale", "cluster", "cluster-node"}
 
 // render returns the page's regions and plots (by file name) for report r, whose directory is at
 // dir from the page; without a report, every region says so.
@@ -76,35 +69,32 @@ func render(r *report, dir string) (map[string]string, map[string][]byte, error)
 	}
 	regions["run"] = r.runMarkdown(dir)
 	regions["summary"] = s.summaryMarkdown(r)
-	plots := map[string][]byte{}
-	var targetRows, statusRows, clusterRows []plotRow
+	rowsOf := func(p pairing, metrics []string, limit float64) (rows []plotRow) {
+		for _, m := range metrics {
+			rows = append(rows, plotRow{fmt.Sprintf("(%s) %s", p.config, m), s.ratio(m, p), s.ratio(m, aaPair), limit})
+		}
+		return rows
+	}
+	var targetRows, statusRows []plotRow
 	for _, t := range targets {
-		for _, m := range t.metrics {
-			targetRows = append(targetRows, plotRow{fmt.Sprintf("(%s) %s", t.p.config, m), s.ratio(m, t.p), s.ratio(m, aaPair), t.limit})
-		}
+		targetRows = append(targetRows, rowsOf(t.p, t.metrics, t.limit)...)
 	}
-	for _, p := range statusPairs[:len(statusPairs)-1] {
-		for _, m := range statusMetrics {
-			statusRows = append(statusRows, plotRow{fmt.Sprintf("(%s) %s", p.config, m), s.ratio(m, p), s.ratio(m, aaPair), 0})
-		}
+	for _, p := range statusPairs[:len(statusPairs)-1] { // the last is the A/A pair
+		statusRows = append(statusRows, rowsOf(p, statusMetrics, 0)...)
 	}
-	for _, name := range clusterFigures {
-		m := "Cluster/" + name
-		clusterRows = append(clusterRows, plotRow{name, s.ratio(m, pairing{cfgUpstream, cfgKnext}), s.ratio(m, aaPair), 0})
-	}
-	for name, p := range map[string]struct {
-		title string
-		rows  []plotRow
+	plots := map[string][]byte{}
+	for _, p := range []struct {
+		id, title string
+		rows      []plotRow
 	}{
-		"targets.svg": {"Targets: ratio to the base (median, 95% interval), the A/A pair's interval (grey), the limit (red)", targetRows},
-		"status.svg":  {"PodSandboxStatus p50: ratio to upstream's, the A/A pair's interval (grey)", statusRows},
-		"cluster.svg": {"Cluster: knext's ratio to upstream's, the A/A pair's interval (grey)", clusterRows},
+		{"targets", "Targets: ratio to the base (median, 95% interval), the A/A pair's interval (grey), the limit (red)", targetRows},
+		{"status", "PodSandboxStatus p50: ratio to upstream's, the A/A pair's interval (grey)", statusRows},
+		{"cluster", "Cluster: knext's ratio to upstream's, the A/A pair's interval (grey)", rowsOf(pairing{cfgUpstream, cfgKnext}, clusterFigures, 0)},
 	} {
-		if plots[name], err = ratioPlot(p.title, p.rows); err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", name, err)
+		if plots[p.id+".svg"], err = ratioPlot(p.title, p.rows); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", p.id, err)
 		}
-		id := strings.TrimSuffix(name, ".svg")
-		regions[id] = fmt.Sprintf("![%s](%s/%s)\n\n%s", p.title, dir, name, regions[id])
+		regions[p.id] = fmt.Sprintf("![%s](%s/%s.svg)\n\n%s", p.title, dir, p.id, regions[p.id])
 	}
 	return regions, plots, nil
 }
@@ -165,18 +155,18 @@ func (r *report) runMarkdown(dir string) string {
 	notQuiet := 0
 	for _, p := range r.Phases {
 		loads = append(loads, p.Load)
-		if !p.Quiet {
+		if p.QuietWait >= r.Settings.QuietWait.Seconds() {
 			notQuiet++
 		}
 	}
 	return fmt.Sprintf("Every figure below comes from [`report.json`](%s/report.json), the report of the run of %s to %s UTC "+
-		"on %d × %s, %s RAM, kernel %s, %s (load average %s at the start); knext `%s`, upstream `%s`; %s. "+
+		"on %d × %s, %s RAM, kernel %s, %s; knext `%s`, upstream `%s`; %s. "+
 		"Settings: `-benchmarks %s -repeats %d -pods %d -duration %s -lifecycle-pods %d -scale-pods %d -cluster-nodes %d "+
 		"-cluster-pods %d -node-pods %d -max-load %.2f -max-redos %d -quiet-wait %s`. "+
 		"Of its %d timed phases, %d started before the machine was quiet; the share of the CPUs other processes used "+
 		"during a phase was %.0f%% at the median and %.0f%% at most.",
 		dir, r.Started.Format("2006-01-02 15:04"), r.Finished.Format("15:04"), m.CPUs, m.CPU, m.Memory,
-		m.Kernel, m.Go, m.Load, r.Binaries["knext"], r.Binaries["upstream"], deps, s.Benchmarks, s.Repeats, s.Pods, s.Duration,
+		m.Kernel, m.Go, r.Binaries["knext"], r.Binaries["upstream"], deps, s.Benchmarks, s.Repeats, s.Pods, s.Duration,
 		s.LifecyclePods, s.ScalePods, s.ClusterNodes, s.ClusterPods, s.NodePods, s.MaxLoad, s.MaxRedos, s.QuietWait,
 		len(r.Phases), notQuiet, 100*quantile(loads, 0.5), 100*quantile(loads, 1))
 }

@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"log"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,10 +36,9 @@ type instance struct {
 }
 
 type runningPlugin struct {
-	spec   statusPlugin
-	proc   *harness.Process
-	ready  string // the file it creates once synchronized
-	prefix netip.Prefix
+	spec  statusPlugin
+	proc  *harness.Process
+	ready string // the file it creates once synchronized
 }
 
 // withInstances creates an instance of each configuration with pods running pods, its daemon
@@ -133,8 +132,7 @@ func (in *instance) stop() error {
 func (in *instance) launchPlugins() error {
 	for _, spec := range in.c.Plugins {
 		name := spec.Index + "-" + spec.Name
-		p := &runningPlugin{spec: spec, ready: filepath.Join(in.h.Root, name+".ready"),
-			prefix: netip.PrefixFrom(netip.MustParseAddr(spec.Prefix), 48)}
+		p := &runningPlugin{spec: spec, ready: filepath.Join(in.h.Root, name+".ready")}
 		if err := os.Remove(p.ready); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
@@ -192,11 +190,8 @@ func (in *instance) checkPod(ctx context.Context, id string) error {
 	for _, ip := range network.GetAdditionalIps() {
 		ips = append(ips, ip.GetIp())
 	}
-	for _, p := range in.plugins {
-		if !slices.ContainsFunc(ips, func(ip string) bool {
-			addr, err := netip.ParseAddr(ip)
-			return err == nil && p.prefix.Contains(addr)
-		}) {
+	for _, p := range in.plugins { // its prefix is a /48: "2001:db8:1::" and "2001:db8:1::1:2" share "2001:db8:1:"
+		if !slices.ContainsFunc(ips, func(ip string) bool { return strings.HasPrefix(ip, strings.TrimSuffix(p.spec.Prefix, ":")) }) {
 			return fmt.Errorf("pod %s shows IPs %v, none of plugin %s-%s", id, ips, p.spec.Index, p.spec.Name)
 		}
 	}

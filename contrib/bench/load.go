@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"maps"
 	"os"
 	"runtime"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/procfs"
@@ -18,15 +21,16 @@ type Phase struct {
 	Round   int    `json:"round"`
 	Attempt int    `json:"attempt"` // 0, then 1... for a round measured again
 	Name    string `json:"name"`
-	// QuietWait is how long the phase waited for a quiet machine; Quiet is false when it gave up.
+	// QuietWait is how long the phase waited for a quiet machine: -quiet-wait when it gave up.
 	QuietWait float64 `json:"quietWaitSeconds"`
-	Quiet     bool    `json:"quiet"`
 	Seconds   float64 `json:"seconds"`
 	// Load is the share of the machine's CPUs that went to other processes than the bench's
 	// during the phase: the machine's busy time less that of the bench's process tree, of the
 	// shims of the daemons under test with their pods, and of the kernel's threads and interrupts
 	// (which also tear down the pods' network namespaces).
-	Load      float64 `json:"load"`
+	Load float64 `json:"load"`
+	// Own is the share the bench's processes and the kernel's threads used.
+	Own       float64 `json:"own"`
 	Discarded bool    `json:"discarded,omitempty"` // its round was measured again
 }
 
@@ -44,7 +48,9 @@ type cpuTimes struct {
 	ours map[int]float64
 }
 
-func busySeconds(c procfs.CPUStat) float64 { return c.User + c.Nice + c.System + c.IRQ + c.SoftIRQ + c.Steal }
+func busySeconds(c procfs.CPUStat) float64 {
+	return c.User + c.Nice + c.System + c.IRQ + c.SoftIRQ + c.Steal
+}
 
 func processSeconds(c procfs.CPUStat) float64 { return c.User + c.Nice + c.System + c.Steal }
 
@@ -57,7 +63,7 @@ func (m *loadMeter) read() (cpuTimes, error) {
 	if err != nil {
 		return cpuTimes{}, err
 	}
-	t := cpuTimes{at: time.Now(), busy: processSeconds(stat.CPUTotal), ours: map[int]float64{}}
+	t := cpuTimes{at: time.Now(), busy: busySeconds(stat.CPUTotal), ours: map[int]float64{}}
 	children, cpu, roots := map[int][]int{}, map[int]float64{}, []int{os.Getpid(), 2} // 2: kthreadd
 	for _, p := range procs {
 		st, err := p.Stat()
@@ -82,29 +88,30 @@ func (m *loadMeter) read() (cpuTimes, error) {
 	return t, nil
 }
 
-// othersShare is the share of the CPUs that went to other processes between from and t; a
-// process of the bench that exited meanwhile counts as another's.
-func (t cpuTimes) othersShare(from cpuTimes) float64 {
+// shares are the shares of the CPUs that went to other processes and to the bench's own (with the
+// kernel's threads) between from and t; a process of the bench that exited meanwhile counts as
+// another's.
+func (t cpuTimes) shares(from cpuTimes) (others, own float64) {
 	ours := 0.0
 	for pid, seconds := range t.ours {
 		ours += seconds - from.ours[pid]
 	}
 	if cpus := t.at.Sub(from.at).Seconds() * float64(runtime.NumCPU()); cpus > 0 {
-		return max(0, (t.busy-from.busy-ours)/cpus)
+		return max(0, (t.busy-from.busy-ours)/cpus), ours / cpus
 	}
-	return 0
+	return 0, 0
 }
 
 // settle waits until less than a tenth of the CPUs were busy in two 250 ms windows in a row, at
 // most -quiet-wait: what the previous phase left running is not billed to the next one. It
-// returns how long it waited and whether the machine was quiet.
-func (m *loadMeter) settle(ctx context.Context, limit time.Duration) (time.Duration, bool, error) {
+// returns how long it waited.
+func (m *loadMeter) settle(ctx context.Context, limit time.Duration) (time.Duration, error) {
 	start, quiet := time.Now(), 0
 	before, err := m.fs.Stat()
 	for ; err == nil && quiet < 2 && time.Since(start) < limit; quiet++ {
 		select {
 		case <-ctx.Done():
-			return 0, false, ctx.Err()
+			return 0, ctx.Err()
 		case <-time.After(250 * time.Millisecond):
 		}
 		var after procfs.Stat
@@ -113,30 +120,30 @@ func (m *loadMeter) settle(ctx context.Context, limit time.Duration) (time.Durat
 		}
 		busy := busySeconds(after.CPUTotal) - busySeconds(before.CPUTotal)
 		idle := after.CPUTotal.Idle + after.CPUTotal.Iowait - before.CPUTotal.Idle - before.CPUTotal.Iowait
-		if busy >= 0.1*(busy+idle) {
+		if busy >= 0.1*(busy+idle) { // interrupts left out of both
 			quiet = -1
 		}
 		before = after
 	}
-	return time.Since(start), quiet >= 2, err
+	return time.Since(start), err
 }
 
 // round is one attempt at a round of a part: its phases and its measurements, kept or discarded
 // together.
 type round struct {
-	s        settings
-	meter    *loadMeter
-	part     string
-	n        int // 1...
-	attempt  int
-	phases   []Phase
-	results  []string
+	s       settings
+	meter   *loadMeter
+	part    string
+	n       int // 1...
+	attempt int
+	phases  []Phase
+	results []string
 }
 
 // phase runs fn as a timed phase of the round, after a wait for a quiet machine, recording the
 // load during it.
 func (r *round) phase(ctx context.Context, name string, fn func() error) error {
-	waited, quiet, err := r.meter.settle(ctx, r.s.QuietWait)
+	waited, err := r.meter.settle(ctx, r.s.QuietWait)
 	if err != nil {
 		return err
 	}
@@ -148,8 +155,9 @@ func (r *round) phase(ctx context.Context, name string, fn func() error) error {
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	to, err := r.meter.read()
+	others, own := to.shares(from)
 	r.phases = append(r.phases, Phase{Part: r.part, Round: r.n, Attempt: r.attempt, Name: name, QuietWait: waited.Seconds(),
-		Quiet: quiet, Seconds: to.at.Sub(from.at).Seconds(), Load: to.othersShare(from)})
+		Seconds: to.at.Sub(from.at).Seconds(), Load: others, Own: own})
 	return err
 }
 
@@ -168,36 +176,52 @@ func (r *round) pair(metric string, p pairing, n int, v, base float64, unit stri
 	r.add(fmt.Sprintf("%s/config=%s/base=%s", metric, p.config, p.base), n, values...)
 }
 
+// pairFigures records each pairing's figures of the round (by configuration, then metric) against
+// its base's, metric by metric; those whose name ends in "share" are shares, the others seconds.
+func (r *round) pairFigures(pairs []pairing, figures map[string]map[string]float64, n int) {
+	for _, p := range pairs {
+		if own, base := figures[p.config], figures[p.base]; own != nil && base != nil {
+			for _, metric := range slices.Sorted(maps.Keys(own)) {
+				unit := secPerOp
+				if strings.HasSuffix(metric, "share") {
+					unit = "share"
+				}
+				r.pair(metric, p, n, own[metric], base[metric], unit)
+			}
+		}
+	}
+}
+
 // measureRound measures round n of part. A round whose phases saw other processes use more than
 // -max-load of the CPUs is discarded and measured again, at most -max-redos times; then it is
 // kept and counted as loaded.
-func (rep *report) measureRound(ctx context.Context, part string, n int, measure func(*round) error) error {
+func (r *report) measureRound(part string, n int, measure func(*round) error) error {
 	for attempt := 0; ; attempt++ {
-		r := &round{s: rep.Settings, meter: rep.meter, part: part, n: n, attempt: attempt}
-		if err := measure(r); err != nil {
+		rd := &round{s: r.Settings, meter: r.meter, part: part, n: n, attempt: attempt}
+		if err := measure(rd); err != nil {
 			return fmt.Errorf("%s, round %d: %w", part, n, err)
 		}
 		worst := Phase{}
-		for _, p := range r.phases {
+		for _, p := range rd.phases {
 			if p.Load > worst.Load {
 				worst = p
 			}
 		}
-		loaded := worst.Load > rep.Settings.MaxLoad
-		if loaded && attempt < rep.Settings.MaxRedos {
+		loaded := worst.Load > r.Settings.MaxLoad
+		if loaded && attempt < r.Settings.MaxRedos {
 			log.Printf("bench: %s, round %d: other processes used %.0f%% of the CPUs during %s: measuring the round again",
 				part, n, 100*worst.Load, worst.Name)
-			for i := range r.phases {
-				r.phases[i].Discarded = true
+			for i := range rd.phases {
+				rd.phases[i].Discarded = true
 			}
-			rep.Phases, rep.Redone = append(rep.Phases, r.phases...), rep.Redone+1
+			r.Phases, r.Redone = append(r.Phases, rd.phases...), r.Redone+1
 			continue
 		}
 		if loaded {
-			rep.KeptLoaded++
+			r.KeptLoaded++
 		}
-		rep.Phases = append(rep.Phases, r.phases...)
-		rep.Results = append(rep.Results, r.results...)
+		r.Phases = append(r.Phases, rd.phases...)
+		r.Results = append(r.Results, rd.results...)
 		return nil
 	}
 }

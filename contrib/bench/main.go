@@ -35,11 +35,10 @@ type statusPlugin struct {
 
 // configuration is one daemon setup of the single-node parts.
 type configuration struct {
-	Key         string         `json:"key"`
-	Description string         `json:"description"`
-	Upstream    bool           `json:"upstream,omitempty"` // the pristine upstream build
-	CNILess     bool           `json:"cniLess,omitempty"`  // disable_cni; nri-bridge or Plugins are the network
-	Plugins     []statusPlugin `json:"plugins,omitempty"`
+	Key      string         `json:"key"`
+	Upstream bool           `json:"upstream,omitempty"` // the pristine upstream build
+	CNILess  bool           `json:"cniLess,omitempty"`  // disable_cni; nri-bridge or Plugins are the network
+	Plugins  []statusPlugin `json:"plugins,omitempty"`
 }
 
 func (c configuration) bridged() bool { return c.CNILess && len(c.Plugins) == 0 }
@@ -62,18 +61,15 @@ func configurations() []configuration {
 	}
 	atRun := plugin(1, true)
 	atRun.Name, atRun.AtRunPodSandbox = "run-1", true
-	return []configuration{
-		{Key: cfgUpstream, Description: "upstream containerd v2.4.2 (pristine module), NRI enabled, CNI", Upstream: true},
-		{Key: cfgKnext, Description: "knext, NRI enabled, no NRI plugin, CNI"},
-		{Key: cfgOnePlugin, Description: "knext + 1 status plugin answering from memory", Plugins: []statusPlugin{plugin(1, true)}},
-		{Key: cfgThreePlugins, Description: "knext + 3 status plugins (one owns the primary IP, two add one each)",
-			Plugins: []statusPlugin{plugin(1, true), plugin(2, false), plugin(3, false)}},
-		{Key: cfgRunPlugin, Description: "knext + 1 plugin reporting its IP at RunPodSandbox, not subscribed to status",
-			Plugins: []statusPlugin{atRun}},
-		{Key: cfgCNILess, Description: "knext without CNI (disable_cni), nri-bridge as the pod network", CNILess: true},
-		{Key: cfgCNILessPlugin, Description: "knext without CNI, a status plugin as the network (answers an IP, wires nothing)",
-			CNILess: true, Plugins: []statusPlugin{plugin(1, true)}},
-		{Key: cfgUpstreamAgain, Description: "upstream again, an instance of its own: the A/A pair that sizes the noise", Upstream: true},
+	return []configuration{ // docs/performance.md describes them
+		{Key: cfgUpstream, Upstream: true},
+		{Key: cfgKnext},
+		{Key: cfgOnePlugin, Plugins: []statusPlugin{plugin(1, true)}},
+		{Key: cfgThreePlugins, Plugins: []statusPlugin{plugin(1, true), plugin(2, false), plugin(3, false)}},
+		{Key: cfgRunPlugin, Plugins: []statusPlugin{atRun}},
+		{Key: cfgCNILess, CNILess: true},
+		{Key: cfgCNILessPlugin, CNILess: true, Plugins: []statusPlugin{plugin(1, true)}}, // answers an IP, wires nothing
+		{Key: cfgUpstreamAgain, Upstream: true},
 	}
 }
 
@@ -91,7 +87,6 @@ var (
 // settings are the command line.
 type settings struct {
 	Benchmarks    string        `json:"benchmarks"`
-	Configs       string        `json:"configs"`
 	Repeats       int           `json:"repeats"`
 	Pods          int           `json:"pods"`
 	Duration      time.Duration `json:"durationNs"` // of each PodSandboxStatus variant, per side and round
@@ -110,11 +105,9 @@ type settings struct {
 	Out           string        `json:"-"`
 }
 
-// selected tells whether -benchmarks names part and -configs holds every configuration of keys.
-func (s settings) selected(part string, keys ...string) bool {
-	configs := strings.Split(s.Configs, ",")
-	return slices.Contains(strings.Split(s.Benchmarks, ","), part) &&
-		!slices.ContainsFunc(keys, func(key string) bool { return !slices.Contains(configs, key) })
+// selected tells whether -benchmarks names part.
+func (s settings) selected(part string) bool {
+	return slices.Contains(strings.Split(s.Benchmarks, ","), part)
 }
 
 func main() {
@@ -126,8 +119,6 @@ func main() {
 	}
 	var s settings
 	flag.StringVar(&s.Benchmarks, "benchmarks", "status,lifecycle,scale,cluster", "parts to run: status, lifecycle, scale, cluster")
-	flag.StringVar(&s.Configs, "configs", strings.Join(configKeys(configurations()), ","),
-		"single-node configurations; a pairing runs when both of its configurations are listed")
 	flag.IntVar(&s.Repeats, "repeats", 6, "rounds of every part (6 is the fewest with a 95% interval of a median)")
 	flag.IntVar(&s.Pods, "pods", 20, "running pods of each single-node configuration")
 	flag.DurationVar(&s.Duration, "duration", time.Second, "PodSandboxStatus per variant, side and round")
@@ -153,45 +144,32 @@ func main() {
 	}
 }
 
-func configKeys(configs []configuration) (keys []string) {
-	for _, c := range configs {
-		keys = append(keys, c.Key)
-	}
-	return keys
-}
-
-// check checks the settings and returns the configurations of -configs.
-func (s settings) check() ([]configuration, error) {
+// check checks the settings.
+func (s settings) check() error {
 	parts := []string{"status", "lifecycle", "scale", "cluster"}
 	if slices.ContainsFunc(strings.Split(s.Benchmarks, ","), func(part string) bool { return !slices.Contains(parts, part) }) {
-		return nil, fmt.Errorf("-benchmarks %q: want any of %s", s.Benchmarks, strings.Join(parts, ", "))
+		return fmt.Errorf("-benchmarks %q: want any of %s", s.Benchmarks, strings.Join(parts, ", "))
 	}
 	if s.Pods < stormWidth || s.Repeats < 1 || s.Duration <= 0 || s.LifecyclePods < 8 || s.ScalePods < 1 ||
 		s.ClusterNodes < 1 || s.ClusterPods < s.ClusterNodes || s.NodePods < s.ClusterPods/s.ClusterNodes+2 || s.MaxRedos < 0 {
-		return nil, errors.New("-pods must be at least 16, -lifecycle-pods 8, -node-pods more than a node's share of " +
+		return errors.New("-pods must be at least 16, -lifecycle-pods 8, -node-pods more than a node's share of " +
 			"-cluster-pods; -repeats, -duration and the other counts positive")
 	}
-	wanted := strings.Split(s.Configs, ",")
-	selected := slices.DeleteFunc(configurations(), func(c configuration) bool { return !slices.Contains(wanted, c.Key) })
-	if len(selected) != len(wanted) {
-		return nil, fmt.Errorf("-configs %q: want any of %s", s.Configs, strings.Join(configKeys(configurations()), ", "))
-	}
-	return selected, nil
+	return nil
 }
 
 func run(ctx context.Context, s settings) error {
-	configs, err := s.check()
+	if err := s.check(); err != nil {
+		return err
+	}
+	r, err := newReport(s)
 	if err != nil {
 		return err
 	}
-	r, err := newReport(s, configs)
-	if err != nil {
-		return err
-	}
-	log.Printf("bench: %s; configurations %s; %d rounds", s.Benchmarks, s.Configs, s.Repeats)
-	runErr := runPairs(ctx, s, configs, r)
-	if runErr == nil && s.selected("scale", cfgUpstream) {
-		runErr = runScale(ctx, s, configs, r)
+	log.Printf("bench: %s; %d rounds", s.Benchmarks, s.Repeats)
+	runErr := runPairs(ctx, s, r)
+	if runErr == nil && s.selected("scale") {
+		runErr = runScale(ctx, s, r)
 	}
 	if runErr == nil && s.selected("cluster") {
 		runErr = runCluster(ctx, s, r)

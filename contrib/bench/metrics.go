@@ -12,26 +12,21 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// latencyMetric is a latency histogram the bench reads from containerd's or the kubelet's
-// metrics, and how its series name a plugin and an operation: by a label, or fixed.
-type latencyMetric struct {
-	name                string
-	pluginLabel, plugin string
-	opLabel             string
-}
-
 // Plugin names of the histograms that have no plugin label.
 const (
 	cniTimer     = "CNI"
 	kubeletTimer = "kubelet"
 )
 
-var latencyMetrics = []latencyMetric{
+// latencyMetrics are the latency histograms the bench reads from containerd's and the kubelet's
+// metrics, by name: the label that names the plugin, or its fixed name; the label that names the
+// operation.
+var latencyMetrics = map[string][3]string{
 	// Every NRI plugin call (docs/design.md S8): lifecycle hooks and PodSandboxStatus.
-	{name: "containerd_nri_plugin_latency_seconds", pluginLabel: "plugin", opLabel: "operation"},
+	"containerd_nri_plugin_latency_seconds": {"plugin", "", "operation"},
 	// CRI's CNI setup and teardown of a pod; go-metrics appends _seconds to the timer's name.
-	{name: "containerd_cri_network_plugin_operations_duration_seconds_seconds", plugin: cniTimer, opLabel: "operation_type"},
-	{name: "kubelet_runtime_operations_duration_seconds", plugin: kubeletTimer, opLabel: "operation_type"},
+	"containerd_cri_network_plugin_operations_duration_seconds_seconds": {"", cniTimer, "operation_type"},
+	"kubelet_runtime_operations_duration_seconds":                       {"", kubeletTimer, "operation_type"},
 }
 
 type timerKey struct{ plugin, operation string }
@@ -53,14 +48,14 @@ func parseHistograms(r io.Reader) (histograms, error) {
 		return nil, err
 	}
 	hs := histograms{}
-	for _, m := range latencyMetrics {
-		for _, series := range families[m.name].GetMetric() {
-			k := timerKey{plugin: m.plugin}
+	for name, labels := range latencyMetrics {
+		for _, series := range families[name].GetMetric() {
+			k := timerKey{plugin: labels[1]}
 			for _, l := range series.GetLabel() {
 				switch l.GetName() {
-				case m.pluginLabel:
+				case labels[0]:
 					k.plugin = l.GetValue()
-				case m.opLabel:
+				case labels[2]:
 					k.operation = l.GetValue()
 				}
 			}

@@ -46,20 +46,18 @@ var (
 // quantile is the q-quantile of values (NaN for none).
 func quantile(values []float64, q float64) float64 { return stats.Sample{Xs: values}.Quantile(q) }
 
-// runPairs measures every pairing of the status and lifecycle parts whose configurations are
-// selected, round after round, the pairings in a rotating order.
-func runPairs(ctx context.Context, s settings, configs []configuration, rep *report) error {
-	status := func(p pairing) bool { return slices.Contains(statusPairs, p) && s.selected("status", p.base, p.config) }
-	lifecycle := func(p pairing) bool {
-		return slices.Contains(lifecyclePairs, p) && s.selected("lifecycle", p.base, p.config)
-	}
+// runPairs measures every pairing of the selected parts, status and lifecycle, round after round,
+// the pairings in a rotating order.
+func runPairs(ctx context.Context, s settings, rep *report) error {
+	status := func(p pairing) bool { return slices.Contains(statusPairs, p) && s.selected("status") }
+	lifecycle := func(p pairing) bool { return slices.Contains(lifecyclePairs, p) && s.selected("lifecycle") }
 	var pairs []pairing
 	for _, p := range slices.Concat(statusPairs, lifecyclePairs) {
 		if (status(p) || lifecycle(p)) && !slices.Contains(pairs, p) {
 			pairs = append(pairs, p)
 		}
 	}
-	used := slices.DeleteFunc(slices.Clone(configs), func(c configuration) bool {
+	used := slices.DeleteFunc(configurations(), func(c configuration) bool {
 		return !slices.ContainsFunc(pairs, func(p pairing) bool { return p.base == c.Key || p.config == c.Key })
 	})
 	if len(pairs) == 0 {
@@ -68,7 +66,7 @@ func runPairs(ctx context.Context, s settings, configs []configuration, rep *rep
 	return withInstances(ctx, s, used, s.Pods, func(instances map[string]*instance) error {
 		for n := 1; n <= s.Repeats; n++ {
 			for _, p := range rotated(pairs, n) {
-				err := rep.measureRound(ctx, fmt.Sprintf("(%s) against (%s)", p.config, p.base), n, func(r *round) error {
+				err := rep.measureRound(fmt.Sprintf("(%s) against (%s)", p.config, p.base), n, func(r *round) error {
 					pr := &pairRun{round: r, pairing: p, sides: [2]*instance{instances[p.base], instances[p.config]}}
 					return pr.run(ctx, status(p), lifecycle(p))
 				})
@@ -133,7 +131,7 @@ func (pr *pairRun) measureStatus(ctx context.Context) error {
 	}
 	return pr.phase(ctx, "status", func() error {
 		for _, v := range variants {
-			var p50, p99 [2][]float64
+			var p50 [2][]float64
 			calls := 0
 			before, err := fetchHistograms(ctx, pr.sides[1].metrics)
 			for k := range 2 * max(1, int(pr.s.Duration/pairSlice)) {
@@ -143,7 +141,7 @@ func (pr *pairRun) measureStatus(ctx context.Context) error {
 				side := sideOf(k, pr.n)
 				var seconds []float64
 				seconds, err = load(ctx, v.concurrency, pairSlice, pr.sides[side].statusCall(v.verbose))
-				p50[side], p99[side] = append(p50[side], quantile(seconds, 0.5)), append(p99[side], quantile(seconds, 0.99))
+				p50[side] = append(p50[side], quantile(seconds, 0.5))
 				calls += len(seconds) * side
 			}
 			after, fetchErr := fetchHistograms(ctx, pr.sides[1].metrics)
@@ -152,13 +150,10 @@ func (pr *pairRun) measureStatus(ctx context.Context) error {
 			}
 			for j := range p50[0] {
 				pr.pair("Status/"+v.String(), pr.pairing, calls/len(p50[1]), p50[1][j], p50[0][j], secPerOp)
-				pr.pair("StatusP99/"+v.String(), pr.pairing, calls/len(p50[1]), p99[1][j], p99[0][j], secPerOp)
 			}
 			// The status plugins' calls per query (NRI's metrics, S8): the queries go through NRI.
 			pr.add(fmt.Sprintf("PluginCalls/%s/config=%s", v, pr.config), calls,
 				value(float64(after.since(before).pluginCalls("PodSandboxStatus"))/float64(calls), "calls/op"))
-			log.Printf("bench:   status %-11s (%s) p50 %.3f ms, (%s) p50 %.3f ms", v, pr.base, 1e3*quantile(p50[0], 0.5),
-				pr.config, 1e3*quantile(p50[1], 0.5))
 		}
 		return nil
 	})
@@ -197,8 +192,6 @@ func (pr *pairRun) measureLifecycle(ctx context.Context, width int) error {
 			pr.pair(fmt.Sprintf("RunPodSandbox/c%d", width), pr.pairing, width, run[1][j], run[0][j], secPerOp)
 			pr.pair(fmt.Sprintf("StopRemove/c%d", width), pr.pairing, width, remove[1][j], remove[0][j], secPerOp)
 		}
-		log.Printf("bench:   lifecycle c%d: RunPodSandbox p50 (%s) %.1f ms, (%s) %.1f ms; Stop+Remove %.1f ms, %.1f ms", width,
-			pr.base, 1e3*quantile(run[0], 0.5), pr.config, 1e3*quantile(run[1], 0.5), 1e3*quantile(remove[0], 0.5), 1e3*quantile(remove[1], 0.5))
 		return nil
 	})
 }

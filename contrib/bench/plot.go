@@ -21,56 +21,39 @@ type plotRow struct {
 // ratio's median as a dot on its 95% interval, the limit as a red mark, and a dashed line at 1.
 func ratioPlot(title string, rows []plotRow) ([]byte, error) {
 	p := plot.New()
-	p.Title.Text = title
-	p.X.Label.Text = "ratio"
-	labels := make([]string, len(rows))
-	add := func(xys plotter.XYs, style func(*plotter.Line)) error {
-		l, err := plotter.NewLine(xys)
-		if err == nil {
-			style(l)
-			p.Add(l)
-		}
-		return err
+	p.Title.Text, p.X.Label.Text = title, "ratio"
+	labels := []string{"(not measured)"}
+	if len(rows) > 0 {
+		labels = make([]string, len(rows))
+	}
+	var shapes []plot.Plotter
+	line := func(x0, y0, x1, y1 float64, width vg.Length, c color.Color, dashes ...vg.Length) {
+		l, _ := plotter.NewLine(plotter.XYs{{X: x0, Y: y0}, {X: x1, Y: y1}}) // two finite points: no error
+		l.Width, l.Color, l.Dashes = width, c, dashes
+		shapes = append(shapes, l)
 	}
 	for k, row := range rows {
 		y := float64(len(rows) - 1 - k)
-		labels[len(rows)-1-k] = row.label
-		var err error
+		labels[int(y)] = row.label
 		if finite(row.aa) {
-			var band *plotter.Polygon
-			band, err = plotter.NewPolygon(plotter.XYs{{X: row.aa.Lo, Y: y - 0.35}, {X: row.aa.Hi, Y: y - 0.35},
-				{X: row.aa.Hi, Y: y + 0.35}, {X: row.aa.Lo, Y: y + 0.35}})
-			if err == nil {
-				band.Color, band.LineStyle.Width = color.Gray{Y: 215}, 0
-				p.Add(band)
+			line(row.aa.Lo, y, row.aa.Hi, y, vg.Points(9), color.Gray{Y: 215})
+		}
+		if row.limit > 0 {
+			line(row.limit, y-0.45, row.limit, y+0.45, vg.Points(1.5), color.RGBA{R: 200, A: 255})
+		}
+		if finite(row.ratio) {
+			line(row.ratio.Lo, y, row.ratio.Hi, y, vg.Points(1.5), color.Black)
+		}
+		if row.ratio != nil {
+			dot, err := plotter.NewScatter(plotter.XYs{{X: row.ratio.Center, Y: y}})
+			if err != nil {
+				return nil, err
 			}
-		}
-		if err == nil && row.limit > 0 {
-			err = add(plotter.XYs{{X: row.limit, Y: y - 0.45}, {X: row.limit, Y: y + 0.45}}, func(l *plotter.Line) {
-				l.Color, l.Width = color.RGBA{R: 200, A: 255}, vg.Points(1.5)
-			})
-		}
-		if err == nil && finite(row.ratio) {
-			err = add(plotter.XYs{{X: row.ratio.Lo, Y: y}, {X: row.ratio.Hi, Y: y}}, func(l *plotter.Line) { l.Width = vg.Points(1.5) })
-		}
-		if err == nil && row.ratio != nil {
-			var dot *plotter.Scatter
-			if dot, err = plotter.NewScatter(plotter.XYs{{X: row.ratio.Center, Y: y}}); err == nil {
-				p.Add(dot)
-			}
-		}
-		if err != nil {
-			return nil, err
+			shapes = append(shapes, dot)
 		}
 	}
-	if len(labels) == 0 {
-		labels = []string{"(not measured)"}
-	}
-	if err := add(plotter.XYs{{X: 1, Y: -0.5}, {X: 1, Y: float64(len(labels)) - 0.5}}, func(l *plotter.Line) {
-		l.Dashes = []vg.Length{vg.Points(3), vg.Points(3)}
-	}); err != nil {
-		return nil, err
-	}
+	line(1, -0.5, 1, float64(len(labels))-0.5, vg.Points(0.5), color.Black, vg.Points(3), vg.Points(3))
+	p.Add(shapes...)
 	p.NominalY(labels...)
 	w, err := p.WriterTo(20*vg.Centimeter, vg.Length(len(labels))*0.6*vg.Centimeter+3*vg.Centimeter, "svg")
 	if err != nil {

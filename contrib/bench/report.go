@@ -44,30 +44,24 @@ type machine struct {
 	Kernel string `json:"kernel"`
 	Memory string `json:"memory"`
 	Go     string `json:"go"`
-	Load   string `json:"loadAverageAtStart"`
 }
 
-func newReport(s settings, configs []configuration) (*report, error) {
-	m := machine{CPUs: runtime.NumCPU(), Go: runtime.Version()}
-	if fs, err := procfs.NewDefaultFS(); err == nil {
-		if cpus, err := fs.CPUInfo(); err == nil && len(cpus) > 0 {
-			m.CPU = cpus[0].ModelName
-		}
-		if mem, err := fs.Meminfo(); err == nil && mem.MemTotal != nil {
-			m.Memory = fmt.Sprintf("%.1f GiB", float64(*mem.MemTotal)/(1<<20))
-		}
-		if load, err := fs.LoadAvg(); err == nil {
-			m.Load = fmt.Sprintf("%.2f %.2f %.2f", load.Load1, load.Load5, load.Load15)
-		}
-	}
-	if release, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		m.Kernel = strings.TrimSpace(string(release))
-	}
+func newReport(s settings) (*report, error) {
 	fs, err := procfs.NewDefaultFS()
 	if err != nil {
 		return nil, err
 	}
-	r := &report{Started: time.Now().UTC(), Machine: m, Settings: s, Configurations: configs, Binaries: map[string]string{},
+	m := machine{CPUs: runtime.NumCPU(), Go: runtime.Version()}
+	if cpus, err := fs.CPUInfo(); err == nil && len(cpus) > 0 {
+		m.CPU = cpus[0].ModelName
+	}
+	if mem, err := fs.Meminfo(); err == nil && mem.MemTotal != nil {
+		m.Memory = fmt.Sprintf("%.1f GiB", float64(*mem.MemTotal)/(1<<20))
+	}
+	if release, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(release))
+	}
+	r := &report{Started: time.Now().UTC(), Machine: m, Settings: s, Configurations: configurations(), Binaries: map[string]string{},
 		meter: &loadMeter{fs: fs, shims: map[string]bool{}}}
 	for key, binary := range map[string]string{"knext": s.Knext, "upstream": s.Upstream} {
 		out, err := exec.Command(binary, "--version").Output()
@@ -134,4 +128,3 @@ func readReport(path string) (*report, error) {
 	}
 	return r, nil
 }
-

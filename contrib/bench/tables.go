@@ -51,8 +51,8 @@ var (
 		{"CNI-less pod start against the floor (a plugin that answers an IP and wires nothing)",
 			pairing{cfgCNILessPlugin, cfgCNILess}, lifecycleMetrics[:2], 1.03},
 		{"CNI-less stop and removal", pairing{cfgUpstream, cfgCNILess}, lifecycleMetrics[2:], 0.7},
-		{"Cluster: pods Ready with their IPs", pairing{cfgUpstream, cfgKnext}, []string{"Cluster/ready-p50", "Cluster/ready-p99"}, 1},
-		{"Cluster: then in the EndpointSlice", pairing{cfgUpstream, cfgKnext}, []string{"Cluster/endpoints-p50", "Cluster/endpoints-p99"}, 1},
+		{"Cluster: pods Ready with their IPs", pairing{cfgUpstream, cfgKnext}, clusterFigures[:2], 1},
+		{"Cluster: then in the EndpointSlice", pairing{cfgUpstream, cfgKnext}, clusterFigures[2:4], 1},
 	}
 )
 
@@ -88,16 +88,14 @@ func judge(ratio, aa *benchmath.Summary, limit float64) string {
 
 // overall is a target's verdict from its metrics': missed if any is, met if all are.
 func overall(verdicts []string) string {
-	count := func(verdict string) int {
-		return len(verdicts) - len(slices.DeleteFunc(slices.Clone(verdicts), func(v string) bool { return v == verdict }))
+	all := func(verdict string) bool {
+		return !slices.ContainsFunc(verdicts, func(v string) bool { return v != verdict })
 	}
 	switch {
-	case count(missed) > 0:
+	case slices.Contains(verdicts, missed):
 		return missed
-	case count(met) == len(verdicts):
-		return met
-	case count(notMeasured) == len(verdicts):
-		return notMeasured
+	case all(met), all(notMeasured):
+		return verdicts[0]
 	}
 	return unresolved
 }
@@ -181,35 +179,26 @@ func (r *report) tables() ([]Table, error) {
 		return nil, err
 	}
 	targetRows, _ := s.targetRows()
-	var statusCols, p99Cols, lifecycleCols []column
+	var statusCols, lifecycleCols []column
 	for _, m := range statusMetrics {
-		v := strings.TrimPrefix(m, "Status/")
-		statusCols = append(statusCols, column{metric: m, header: v + " p50 ms", scale: 1e3, format: "%.3f"})
-		p99Cols = append(p99Cols, column{metric: "StatusP99/" + v, header: v + " p99 ms", scale: 1e3, format: "%.3f"})
+		statusCols = append(statusCols, column{metric: m, header: strings.TrimPrefix(m, "Status/") + " p50 ms", scale: 1e3, format: "%.3f"})
 	}
 	statusCols = append(statusCols, column{metric: "PluginCalls/c1", header: "plugin calls per query", scale: 1, format: "%.2f",
 		unit: "calls/op", absolute: true})
 	for _, m := range lifecycleMetrics {
 		lifecycleCols = append(lifecycleCols, column{metric: m, header: strings.Replace(m, "/", " ", 1) + " ms", scale: 1e3, format: "%.1f"})
 	}
-	stored := Table{ID: "stored", Title: "Bytes stored per pod (the same in every round)",
-		Header: []string{"configuration", "sandbox record", "of which knext's nri-network", "nri-bridge's store"}}
-	for _, key := range scaleConfigs {
-		if v := s["StoredBytes/config="+key]; v != nil {
-			stored.Rows = append(stored.Rows, []string{key, fmt.Sprintf("%.0f", v["B/pod"][0]),
-				fmt.Sprintf("%.0f", v["nri-network-B/pod"][0]), fmt.Sprintf("%.0f", v["nri-bridge-B/pod"][0])})
-		}
-	}
 	clusterCols := map[string][]column{}
-	for i, name := range clusterFigures {
-		c, id := column{metric: "Cluster/" + name, header: name + " ms", scale: 1e3, format: "%.0f"}, "cluster"
-		switch {
-		case name == "network-share":
+	for i, metric := range clusterFigures {
+		name := strings.TrimPrefix(metric, "Cluster/")
+		c, id := column{metric: metric, header: name + " ms", scale: 1e3, format: "%.0f"}, "cluster"
+		switch name {
+		case "network-share":
 			c.header, c.scale, c.unit = "% of RunPodSandbox", 100, "share"
-		case name == "update" || name == "fill":
+		case "update", "fill":
 			c.header, c.scale, c.format = name+" s", 1, "%.1f"
 		}
-		if i >= slices.Index(clusterFigures, "kubelet-status-p50") {
+		if i >= slices.Index(clusterFigures, "Cluster/kubelet-status-mean") {
 			id = "cluster-node"
 		}
 		clusterCols[id] = append(clusterCols[id], c)
@@ -220,17 +209,15 @@ func (r *report) tables() ([]Table, error) {
 			"and benchmath's p-value that the two differ", Header: []string{"target", "metric", "ratio [95% CI]", "A/A [95% CI]", "p (vs A/A)", "verdict"},
 			Rows: targetRows},
 		s.pairTable("status", "PodSandboxStatus p50 in ms, and the paired ratio to the base", statusPairs, statusCols),
-		s.pairTable("status-p99", "PodSandboxStatus p99 in ms, and the paired ratio to the base", statusPairs, p99Cols),
 		s.pairTable("lifecycle", "Pod start and removal p50 in ms, and the paired ratio to the base", lifecyclePairs, lifecycleCols),
 		s.pairTable("scale", fmt.Sprintf("%d pods per configuration, each restarted once a round", c.ScalePods), scalePairs, []column{
 			{metric: "ScaleSweep", header: "status sweep ms", scale: 1e3, format: "%.1f"},
-			{metric: "ScaleSweepP50", header: "per query p50 ms", scale: 1e3, format: "%.3f"},
 			{metric: "RestartReady", header: "restart: CRI ready s", scale: 1, format: "%.2f"},
 			{metric: "RestartAnswered", header: "every pod answered s", scale: 1, format: "%.2f"}}),
-		stored,
-		s.pairTable("cluster", fmt.Sprintf("A Deployment of %d pods on %d-node clusters: rollout (per pod, p50 and p99), "+
-			"rolling update, and the fill of one node to %d pods", c.ClusterPods, c.ClusterNodes, c.NodePods), clusterPairs, clusterCols["cluster"]),
-		s.pairTable("cluster-node", fmt.Sprintf("The node filled to %d pods: PodSandboxStatus by the kubelet's histogram (bucket bound) "+
-			"and over CRI; the network's setup per pod and its share of the kubelet's RunPodSandbox", c.NodePods), clusterPairs, clusterCols["cluster-node"]),
+		s.pairTable("cluster", fmt.Sprintf("A Deployment of %d pods on %d-node clusters: a new template rolled out (per pod, p50 "+
+			"and p99; the update until complete), and the fill of one node to %d pods", c.ClusterPods, c.ClusterNodes, c.NodePods),
+			clusterPairs, clusterCols["cluster"]),
+		s.pairTable("cluster-node", fmt.Sprintf("The node filled to %d pods: PodSandboxStatus by the kubelet's histogram (its mean, and the "+
+			"bound of the bucket of its p99) and over CRI; the network's setup per pod and its share of the kubelet's RunPodSandbox", c.NodePods), clusterPairs, clusterCols["cluster-node"]),
 	}, nil
 }

@@ -1,7 +1,8 @@
 // Command statusplugin is the bench's NRI status plugin. It gives every pod it learns about
 // (Synchronize, RunPodSandbox) an IP of its own prefix and answers PodSandboxStatus with it from
-// memory; it creates -ready-file once synchronized. With -at-run-pod-sandbox it reports the IP in its RunPodSandbox answer instead and is not subscribed
-// to PodSandboxStatus, so that the runtime never asks it again (docs/design.md S10).
+// memory; it creates -ready-file once synchronized. With -at-run-pod-sandbox it reports the IP in
+// its RunPodSandbox answer instead and is not subscribed to PodSandboxStatus, so that the runtime
+// never asks it again (docs/design.md S10).
 package main
 
 import (
