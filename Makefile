@@ -57,7 +57,7 @@ export KNEXT_NRI_BRIDGE_MANIFEST := $(CURDIR)/contrib/nri-bridge/daemonset.yaml
 RELEASE_DIR := $(BUILD)/release
 export KNEXT_RELEASE := $(RELEASE_DIR)/knext-$(TAG)-linux-$(shell go env GOARCH).tar.gz
 
-.PHONY: all src build upstream images kubelet cluster-tools cluster-images cluster cluster-down release demo test \
+.PHONY: upstream-check all src build upstream images kubelet cluster-tools cluster-images cluster cluster-down release demo test \
 	integration bench bench-cluster bench-doc conformance patches verify verify-proto verify-series upstream-branches upstream-ci clean
 all: build
 
@@ -186,6 +186,10 @@ patches:
 
 verify:
 	@contrib/build/verify.sh
+
+# The pinned and newest upstream versions, and whether the series applies to the newest (never fails).
+upstream-check:
+	@contrib/build/upstream-check.sh
 
 # Regenerating upstream's own proto reproduces its generated files; materializing is deterministic.
 verify-proto:

@@ -9,7 +9,6 @@ package integration
 // go to $KNEXT_TEST_FIGURES.
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -91,6 +92,7 @@ type clusterEnv struct {
 	figures  *figureLog
 	nodeIPs  map[string][]string // node name → IPv4, IPv6
 	services map[string]*corev1.Service
+	probers  []serviceProber
 }
 
 func (e *clusterEnv) knext() bool { return e.runtime == cluster.RuntimeKnext }
@@ -205,16 +207,8 @@ func (f *figureLog) add(t *testing.T, format string, args ...any) {
 // check's last error.
 func (e *clusterEnv) pollUntil(t *testing.T, timeout time.Duration, what string, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) || e.ctx.Err() != nil {
-			t.Fatalf("after %s, still not %s: %v", timeout, what, err)
-		}
-		time.Sleep(500 * time.Millisecond)
+	if err := harness.Poll(e.ctx, timeout, 500*time.Millisecond, check); err != nil {
+		t.Fatalf("not %s: %v", what, err)
 	}
 }
 
@@ -272,13 +266,15 @@ func (e *clusterEnv) waitPodsReady(t *testing.T, names ...string) map[string]*co
 	return pods
 }
 
-// podSandboxes returns the IDs of every sandbox (any state) the node's containerd has of the pod.
+// podSandboxes returns the IDs of every sandbox (any state) the node's containerd has of the pod,
+// sorted: containerd lists them in no particular order.
 func (e *clusterEnv) podSandboxes(t *testing.T, node string, uid types.UID) []string {
 	t.Helper()
 	var ids []string
 	for _, s := range e.sandboxes(t, node, uid) {
 		ids = append(ids, s.GetId())
 	}
+	slices.Sort(ids)
 	return ids
 }
 
@@ -322,8 +318,8 @@ func (e *clusterEnv) networkReady(t *testing.T, node string) *criruntime.Runtime
 
 // testBootstrap: before nri-bridge runs on a node, the node is NotReady with NetworkReady false,
 // an ordinary pod waits without any sandbox being made for it, and a host-network pod runs; once
-// nri-bridge's DaemonSet is applied, the nodes become Ready and the waiting pod starts in one
-// sandbox.
+// nri-bridge's DaemonSet is applied, the nodes become Ready, the waiting pod starts in one
+// sandbox, and the NRI socket and its directory are still writable by root only.
 func (e *clusterEnv) testBootstrap(t *testing.T) {
 	for _, n := range e.c.Nodes {
 		if cond := e.networkReady(t, n.Name); cond.Status {
@@ -351,8 +347,7 @@ func (e *clusterEnv) testBootstrap(t *testing.T) {
 	hostNet.Spec.Containers[0].ReadinessProbe.HTTPGet.Port = intstr.FromInt32(18081)
 	e.createPod(t, hostNet)
 	e.waitPodsReady(t, "early-host")
-	// The kubelet syncs a pod about every second while it waits: long enough to see a loop.
-	time.Sleep(15 * time.Second)
+	e.waitHeldBack(t, waiting)
 	pod, err := e.client.CoreV1().Pods(e2eNamespace).Get(e.ctx, "early", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -379,12 +374,45 @@ func (e *clusterEnv) testBootstrap(t *testing.T) {
 		if cond := e.networkReady(t, n.Name); !cond.Status {
 			t.Errorf("node %s: NetworkReady false with nri-bridge running: %s %s", n.Name, cond.Reason, cond.Message)
 		}
+		// nri-bridge's pod mounts the socket's directory: that leaves it root's alone.
+		for _, path := range []string{filepath.Dir(n.NRISocket()), n.NRISocket()} {
+			wantWritableByRootOnly(t, path)
+		}
 	}
 }
 
+// waitHeldBack waits until the kubelet of the pod's node has refused twice to start the pod for
+// want of a pod network (its event NetworkNotReady, counted each time it tries the pod again):
+// long enough to see whether anything made a sandbox for it meanwhile.
+func (e *clusterEnv) waitHeldBack(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	e.pollUntil(t, 2*time.Minute, fmt.Sprintf("pod %s held back twice by its kubelet for want of a pod network", pod.Name), func() error {
+		events, err := e.client.CoreV1().Events(pod.Namespace).List(e.ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.uid=" + string(pod.UID) + ",reason=" + kubeletNetworkNotReady,
+		})
+		if err != nil {
+			return err
+		}
+		var refusals int32
+		for _, ev := range events.Items {
+			refusals += max(ev.Count, 1)
+		}
+		if refusals < 2 {
+			return fmt.Errorf("%d events %s for pod %s", refusals, kubeletNetworkNotReady, pod.Name)
+		}
+		return nil
+	})
+}
+
+// kubeletNetworkNotReady is the reason of the event with which the kubelet refuses to start a pod
+// while the runtime's NetworkReady is false.
+const kubeletNetworkNotReady = "NetworkNotReady"
+
 // The suite's workloads: a web Deployment with one pod per node behind a dual-stack ClusterIP
-// Service and a NodePort Service, a client pod on every node, a hostPort pod on node-1, and a
-// prober on node-1 that requests the Service every 200 ms for the whole suite.
+// Service and a NodePort Service, a client pod on every node, a hostPort pod on node-1, and two
+// probers that request the Services every 200 ms for the whole suite: a pod on node-1 the
+// ClusterIP Service (both families), and the host, as a client outside the cluster, the NodePort
+// on every node's IPs.
 func (e *clusterEnv) deployWorkloads(t *testing.T) {
 	replicas := int32(len(e.c.Nodes))
 	labels := map[string]string{"app": "web"}
@@ -435,9 +463,13 @@ func (e *clusterEnv) deployWorkloads(t *testing.T) {
 		names = append(names, "client-"+n.Name)
 	}
 	prober := e.netcheckPod("prober", "node-1", nil)
-	prober.Spec.Containers[0].Args = []string{"probe", "-timeout", "1s", "http://" + e.services["web"].Spec.ClusterIPs[0] + "/"}
+	prober.Spec.Containers[0].Args = append([]string{"probe", "-timeout", "1s"}, serviceURLs(e.services["web"].Spec.ClusterIPs, 80)...)
 	prober.Spec.Containers[0].ReadinessProbe = nil
 	e.createPod(t, prober)
+	e.probers = append(e.probers, serviceProber{name: "ClusterIP from a pod on node-1", log: func(since time.Time) ([]byte, error) {
+		return e.client.CoreV1().Pods(e2eNamespace).GetLogs("prober", &corev1.PodLogOptions{SinceTime: &metav1.Time{Time: since}}).Do(e.ctx).Raw()
+	}})
+	e.startNodePortProber(t)
 	e.waitPodsReady(t, append(names, "prober")...)
 	e.pollUntil(t, 3*time.Minute, "web available", func() error {
 		d, err := e.client.AppsV1().Deployments(e2eNamespace).Get(e.ctx, "web", metav1.GetOptions{})
@@ -449,6 +481,44 @@ func (e *clusterEnv) deployWorkloads(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// serviceURLs returns the URLs of port on each of ips.
+func serviceURLs(ips []string, port int32) []string {
+	var urls []string
+	for _, ip := range ips {
+		urls = append(urls, "http://"+hostPort(netip.MustParseAddr(ip), port)+"/")
+	}
+	return urls
+}
+
+// startNodePortProber runs netcheck's probe on the host, outside the cluster as a user's client
+// is, on the NodePort of every node's IPs, until the test ends.
+func (e *clusterEnv) startNodePortProber(t *testing.T) {
+	t.Helper()
+	nodePort := e.services["web-nodeport"].Spec.Ports[0].NodePort
+	var urls []string
+	for _, n := range e.c.Nodes {
+		urls = append(urls, serviceURLs(n.IPs, nodePort)...)
+	}
+	logPath := filepath.Join(t.TempDir(), "nodeport-prober.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	cmd := exec.Command(filepath.Join(os.Getenv(cluster.ImagesDirEnv), "netcheck"), append([]string{"probe", "-timeout", "1s"}, urls...)...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("NodePort prober (make cluster-images builds netcheck): %v", err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill() //nolint:errcheck // it may have ended: Wait says
+		cmd.Wait()         //nolint:errcheck // killed
+	})
+	e.probers = append(e.probers, serviceProber{name: "NodePort from the host", log: func(time.Time) ([]byte, error) {
+		return os.ReadFile(logPath)
+	}})
 }
 
 // webPods returns the web Deployment's pods by node.
@@ -726,27 +796,26 @@ type podWatch struct {
 
 func (e *clusterEnv) watchPods(t *testing.T) *podWatch {
 	t.Helper()
-	w := &podWatch{pods: map[types.UID]podRecord{}, changes: map[types.UID][]string{}, stop: make(chan struct{})}
-	for _, pod := range e.allPods(t) {
-		if pod.Status.Phase != corev1.PodRunning {
-			continue
-		}
-		r := podRecord{namespace: pod.Namespace, name: pod.Name, node: pod.Spec.NodeName, ips: podIPs(&pod), restarts: restarts(&pod)}
-		if !pod.Spec.HostNetwork {
-			r.sandboxes = e.podSandboxes(t, pod.Spec.NodeName, pod.UID)
-		}
-		w.pods[pod.UID] = r
+	w := &podWatch{pods: e.runningPods(t, func(*corev1.Pod) bool { return true }), changes: map[types.UID][]string{}, stop: make(chan struct{})}
+	if len(w.pods) == 0 {
+		t.Fatal("no running pod to watch")
 	}
 	factory := informers.NewSharedInformerFactory(e.client, 0)
 	informer := factory.Core().V1().Pods().Informer()
-	informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(_, obj any) { w.observe(obj.(*corev1.Pod), "") },
 		DeleteFunc: func(obj any) {
+			// A deletion the watch missed (the API server was away) comes as a tombstone.
+			if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tombstone.Obj
+			}
 			if pod, ok := obj.(*corev1.Pod); ok {
 				w.observe(pod, "deleted")
 			}
 		},
-	})
+	}); err != nil {
+		t.Fatal(err)
+	}
 	factory.Start(w.stop)
 	factory.WaitForCacheSync(w.stop)
 	t.Cleanup(func() { close(w.stop) })
@@ -783,15 +852,16 @@ func (w *podWatch) observe(pod *corev1.Pod, event string) {
 	}
 }
 
-// check fails the test for every watched pod not in exempt (by UID) that changed IPs or restart
-// count, was removed, or has a sandbox other than the one it had, and forgets exempt pods.
-func (w *podWatch) check(t *testing.T, e *clusterEnv, fault string, exempt func(podRecord) bool) {
+// check fails the test for every watched pod, except those the fault replaces (which it forgets),
+// that changed its IPs or restart count, was removed or created again, or has a sandbox other
+// than the one it had; and when no pod was left to check.
+func (w *podWatch) check(t *testing.T, e *clusterEnv, fault string, replaced func(podRecord) bool) {
 	t.Helper()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	checked := 0
 	for uid, r := range w.pods {
-		if exempt(r) {
+		if replaced(r) {
 			delete(w.pods, uid)
 			continue
 		}
@@ -799,62 +869,209 @@ func (w *podWatch) check(t *testing.T, e *clusterEnv, fault string, exempt func(
 		if changes := w.changes[uid]; len(changes) > 0 {
 			t.Errorf("%s: pod %s/%s on %s changed: %v", fault, r.namespace, r.name, r.node, changes)
 		}
+		pod, err := e.client.CoreV1().Pods(r.namespace).Get(e.ctx, r.name, metav1.GetOptions{})
+		switch {
+		case err != nil:
+			t.Errorf("%s: pod %s/%s on %s: %v", fault, r.namespace, r.name, r.node, err)
+		case pod.UID != uid:
+			t.Errorf("%s: pod %s/%s on %s was created again (UID %s, was %s)", fault, r.namespace, r.name, r.node, pod.UID, uid)
+		case !slices.Equal(podIPs(pod), r.ips) || restarts(pod) != r.restarts:
+			t.Errorf("%s: pod %s/%s on %s has IPs %v and %d container restarts, had %v and %d",
+				fault, r.namespace, r.name, r.node, podIPs(pod), restarts(pod), r.ips, r.restarts)
+		}
 		if r.sandboxes != nil {
 			if got := e.podSandboxes(t, r.node, uid); !slices.Equal(got, r.sandboxes) {
 				t.Errorf("%s: pod %s/%s on %s has sandboxes %v, had %v", fault, r.namespace, r.name, r.node, got, r.sandboxes)
 			}
 		}
 	}
+	if checked == 0 {
+		t.Errorf("%s: no watched pod went through it: nothing shows that pods keep their sandbox, containers and IPs", fault)
+		return
+	}
 	t.Logf("%s: %d running pods kept their sandbox, containers and IPs", fault, checked)
 }
 
-// proberFailures returns the prober's requests between from and to, and those that failed.
-func (e *clusterEnv) proberFailures(t *testing.T, from, to time.Time) (requests int, failed []string) {
-	t.Helper()
-	out, err := e.client.CoreV1().Pods(e2eNamespace).GetLogs("prober", &corev1.PodLogOptions{SinceTime: &metav1.Time{Time: from.Add(-time.Second)}}).Do(e.ctx).Raw()
+// failedRequestsAllowed is how many of a prober's n Service requests may fail while nri-bridge's
+// pod is replaced, restarted or updated, containerd or the kubelet restarts, the API server
+// restarts, or nri-bridge is kept off a node: one in a hundred. Upstream containerd with CNI, in
+// this same suite, fails none during a containerd, kubelet or API server restart: a running pod's
+// network (its interfaces, the routes, kube-proxy's rules) lives in the kernel, and none of these
+// processes is on its path. nri-bridge's pod is no more on it than a CNI plugin is, so knext is
+// held to the same bound through nri-bridge's own restarts and updates. A lone request lost on a
+// loaded machine is not an outage: one run saw 1 of 364 NodePort requests time out while
+// nri-bridge was kept off a node. Measured (2 nodes, the ClusterIP prober's 10 and the NodePort
+// prober's 20 requests a second; ClusterIP/NodePort requests, none failed): upstream 30/60
+// (containerd), 26/52 (kubelet), 226/456 (API server); knext 48/92 (nri-bridge's pod deleted),
+// 62/124 (rollout restart), 226/448 (new image), 36/72 (containerd), 26/48 (kubelet), 212/424
+// (API server), 64/127 (nri-bridge kept off node-2). A node's restart, which the bound does not
+// cover, fails 20-25% of them on both runtimes: the probers do see an outage.
+func failedRequestsAllowed(n int) int { return n / 100 }
+
+// afterFault is how long after a fault, the cluster whole again, the probers' requests still
+// count as the fault's: a network that breaks when the restarted component resumes work breaks
+// them.
+const afterFault = 2 * time.Second
+
+// serviceProber is one of the suite's netcheck probes of its Services: one line a request,
+// "<time> ok|fail <url> <answer or error>".
+type serviceProber struct {
+	name string // which Service, from where
+	// log returns the probe's lines, at least those of the requests that ended after since.
+	log func(since time.Time) ([]byte, error)
+}
+
+// probeRequest is one request of a prober: when it started, whether it was answered, its line.
+type probeRequest struct {
+	at   time.Time
+	ok   bool
+	line string
+}
+
+// requests returns the prober's requests that started between from and to, in the order they
+// ended.
+func (p serviceProber) requests(from, to time.Time) ([]probeRequest, error) {
+	out, err := p.log(from)
 	if err != nil {
-		t.Fatalf("prober log: %v", err)
+		return nil, fmt.Errorf("prober %s: %w", p.name, err)
 	}
-	scanner := bufio.NewScanner(strings.NewReader(string(out)))
-	for scanner.Scan() {
-		when, rest, _ := strings.Cut(scanner.Text(), " ")
+	var requests []probeRequest
+	for line := range strings.Lines(string(out)) {
+		line = strings.TrimSpace(line)
+		when, rest, _ := strings.Cut(line, " ")
 		at, err := time.Parse(time.RFC3339Nano, when)
 		if err != nil || at.Before(from) || at.After(to) {
 			continue
 		}
-		requests++
-		if strings.HasPrefix(rest, "fail") {
-			failed = append(failed, scanner.Text())
-		}
+		requests = append(requests, probeRequest{at: at, ok: strings.HasPrefix(rest, "ok "), line: line})
 	}
-	return requests, failed
+	return requests, nil
 }
 
-// fault runs inject with the pod watch on, waits until the cluster is whole again, checks the
-// running pods (except those exempt says the fault itself replaces) and reports the prober's
-// failed Service requests during it.
-func (e *clusterEnv) fault(t *testing.T, w *podWatch, name string, inject func() error, exempt func(podRecord) bool) {
+func failedRequests(requests []probeRequest) []string {
+	var failed []string
+	for _, r := range requests {
+		if !r.ok {
+			failed = append(failed, r.line)
+		}
+	}
+	return failed
+}
+
+// reportServices adds every prober's requests between from and to, and how many failed, to the
+// figures, and returns each prober's failed requests.
+func (e *clusterEnv) reportServices(t *testing.T, what string, from, to time.Time) map[string]serviceRequests {
+	t.Helper()
+	failures := map[string]serviceRequests{}
+	for _, p := range e.probers {
+		requests, err := p.requests(from, to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		failed := failedRequests(requests)
+		e.figures.add(t, "  %s: %s: %d requests, %d failed", what, p.name, len(requests), len(failed))
+		for _, f := range failed[:min(len(failed), 5)] {
+			t.Logf("    %s", f)
+		}
+		if len(requests) == 0 {
+			t.Errorf("%s: %s made no request", what, p.name)
+		}
+		failures[p.name] = serviceRequests{made: len(requests), failed: failed}
+	}
+	return failures
+}
+
+// serviceRequests are the requests a prober made in a phase, and those that failed.
+type serviceRequests struct {
+	made   int
+	failed []string
+}
+
+// checkServices fails the test when more of a prober's requests between from and to failed than
+// failedRequestsAllowed.
+func (e *clusterEnv) checkServices(t *testing.T, what string, from, to time.Time) {
+	t.Helper()
+	for prober, r := range e.reportServices(t, what, from, to) {
+		if allowed := failedRequestsAllowed(r.made); len(r.failed) > allowed {
+			t.Errorf("%s: %d of %d requests of the %s failed, at most %d may; the first: %s",
+				what, len(r.failed), r.made, prober, allowed, r.failed[0])
+		}
+	}
+}
+
+// waitProbed waits until every prober has made a request that started after since.
+func (e *clusterEnv) waitProbed(t *testing.T, since time.Time) {
+	t.Helper()
+	e.pollUntil(t, time.Minute, "probed after "+since.Format("15:04:05.000"), func() error {
+		for _, p := range e.probers {
+			requests, err := p.requests(since, time.Now())
+			if err != nil {
+				return err
+			}
+			if len(requests) == 0 {
+				return fmt.Errorf("%s made no request since", p.name)
+			}
+		}
+		return nil
+	})
+}
+
+// waitServicesAnswer waits until the last servicesAnswerStreak requests of every prober since
+// `since` were answered.
+func (e *clusterEnv) waitServicesAnswer(t *testing.T, what string, since time.Time) {
+	t.Helper()
+	const servicesAnswerStreak = 10
+	e.pollUntil(t, time.Minute, what+": the Services answering again", func() error {
+		for _, p := range e.probers {
+			requests, err := p.requests(since, time.Now())
+			if err != nil {
+				return err
+			}
+			if len(requests) < servicesAnswerStreak {
+				return fmt.Errorf("%s: %d requests so far", p.name, len(requests))
+			}
+			if failed := failedRequests(requests[len(requests)-servicesAnswerStreak:]); len(failed) > 0 {
+				return fmt.Errorf("%s: %d of its last %d requests failed, the last: %s", p.name, len(failed), servicesAnswerStreak, failed[len(failed)-1])
+			}
+		}
+		return nil
+	})
+	e.figures.add(t, "  %s: the Services answered every request again %s after", what, time.Since(since).Round(100*time.Millisecond))
+}
+
+// waitWhole waits until every node is Ready, CoreDNS is available, and every node's containerd
+// reports NetworkReady (knext: nri-bridge is connected).
+func (e *clusterEnv) waitWhole(t *testing.T, what string) {
+	t.Helper()
+	if err := e.c.WaitReady(e.ctx); err != nil {
+		t.Fatalf("%s: cluster not ready again: %v", what, err)
+	}
+	e.pollUntil(t, 2*time.Minute, what+": NetworkReady on every node", func() error {
+		for _, n := range e.c.Nodes {
+			if cond := e.networkReady(t, n.Name); !cond.Status {
+				return fmt.Errorf("node %s: NetworkReady false: %s %s", n.Name, cond.Reason, cond.Message)
+			}
+		}
+		return nil
+	})
+}
+
+// fault injects a fault with the pod watch on and waits until the cluster is whole again. It
+// then holds every running pod (except those the fault replaces) to keeping its sandbox,
+// containers and IPs, and the probers, from the fault until afterFault after the cluster was
+// whole again, to failedRequestsAllowed.
+func (e *clusterEnv) fault(t *testing.T, w *podWatch, name string, inject func() error, replaced func(podRecord) bool) {
 	t.Helper()
 	start := time.Now()
 	if err := inject(); err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
-	if err := e.c.WaitReady(e.ctx); err != nil {
-		t.Fatalf("%s: cluster not ready again: %v", name, err)
-	}
-	// The prober's requests right after the fault belong to it too.
-	time.Sleep(3 * time.Second)
-	end := time.Now()
-	w.check(t, e, name, exempt)
-	requests, failed := e.proberFailures(t, start, end)
-	e.figures.add(t, "fault %q: %s until the cluster was ready again; Service requests from node-1 during it: %d, failed %d",
-		name, end.Sub(start).Round(100*time.Millisecond), requests, len(failed))
-	for _, f := range failed[:min(len(failed), 5)] {
-		t.Logf("  %s", f)
-	}
-	if requests == 0 {
-		t.Errorf("%s: the prober made no request during the fault", name)
-	}
+	e.waitWhole(t, name)
+	whole := time.Now()
+	e.waitProbed(t, whole.Add(afterFault))
+	e.figures.add(t, "fault %q: the cluster whole again after %s", name, whole.Sub(start).Round(100*time.Millisecond))
+	w.check(t, e, name, replaced)
+	e.checkServices(t, name, start, whole.Add(afterFault))
 }
 
 func isNRIBridgePod(r podRecord) bool {
@@ -864,21 +1081,30 @@ func isNRIBridgePod(r podRecord) bool {
 func never(podRecord) bool { return false }
 
 // testFaults injects faults one after another, with a watch on every running pod for the whole
-// test: nri-bridge's pod deleted and its DaemonSet rolled (knext), a containerd restart, a
-// kubelet restart, an API server restart, and a whole node restarted from its state, after which
-// it reports what became of that node's pods.
+// test: nri-bridge's pod deleted, its DaemonSet rolled and updated to a new image (knext), a
+// containerd restart, a kubelet restart, an API server restart, and a whole node restarted from
+// its state, after which it reports what became of that node's pods.
 func (e *clusterEnv) testFaults(t *testing.T) {
 	w := e.watchPods(t)
 	if e.knext() {
-		e.fault(t, w, "nri-bridge pod on node-1 deleted", func() error {
-			pods, err := e.client.CoreV1().Pods("kube-system").List(e.ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=node-1", LabelSelector: "app.kubernetes.io/name=nri-bridge"})
-			if err != nil || len(pods.Items) != 1 {
-				return fmt.Errorf("nri-bridge pod on node-1: %v (%d pods)", err, len(pods.Items))
-			}
-			if err := e.client.CoreV1().Pods("kube-system").Delete(e.ctx, pods.Items[0].Name, metav1.DeleteOptions{}); err != nil {
+		e.fault(t, w, "nri-bridge's pod on node-1 deleted", func() error {
+			old, err := e.nriBridgePod("node-1")
+			if err != nil {
 				return err
 			}
-			return e.waitDaemonSet()
+			if err := e.client.CoreV1().Pods("kube-system").Delete(e.ctx, old.Name, metav1.DeleteOptions{}); err != nil {
+				return err
+			}
+			return harness.Poll(e.ctx, 3*time.Minute, 500*time.Millisecond, func() error {
+				pod, err := e.nriBridgePod("node-1")
+				if err != nil {
+					return err
+				}
+				if pod.UID == old.UID || !cluster.PodReady(pod) {
+					return fmt.Errorf("nri-bridge on node-1: pod %s (the deleted one: %t) Ready: %t", pod.Name, pod.UID == old.UID, cluster.PodReady(pod))
+				}
+				return nil
+			})
 		}, isNRIBridgePod)
 		e.fault(t, w, "kubectl rollout restart of nri-bridge", func() error {
 			if _, err := e.c.Kubectl(e.ctx, nil, "-n", "kube-system", "rollout", "restart", "daemonset/nri-bridge"); err != nil {
@@ -887,26 +1113,120 @@ func (e *clusterEnv) testFaults(t *testing.T) {
 			_, err := e.c.Kubectl(e.ctx, nil, "-n", "kube-system", "rollout", "status", "daemonset/nri-bridge", "--timeout=3m")
 			return err
 		}, isNRIBridgePod)
+		e.fault(t, w, "nri-bridge's DaemonSet updated to a new image", func() error {
+			return e.updateNRIBridge(t)
+		}, isNRIBridgePod)
 	}
 	e.fault(t, w, "containerd restarted on node-1", func() error {
 		return e.c.RestartProcess(e.ctx, "node-1", "containerd")
 	}, never)
 	e.fault(t, w, "kubelet restarted on node-2", func() error {
-		return e.c.RestartProcess(e.ctx, "node-2", "kubelet")
+		if err := e.c.RestartProcess(e.ctx, "node-2", "kubelet"); err != nil {
+			return err
+		}
+		return e.waitKubeletBack("node-2", time.Now())
 	}, never)
 	e.fault(t, w, "API server restarted", func() error {
 		return e.c.RestartAPIServer(e.ctx)
 	}, never)
+
+	// A node's restart takes its pods off the network until they run again: the Service requests
+	// that kube-proxy sends them meanwhile fail, on either runtime. The other nodes' pods keep
+	// theirs, and once the node's pods run again the Services answer every request.
+	const nodeRestart = "node-2 restarted (every process killed, booted from its state)"
 	before, restarted := e.podsOn(t, "node-2"), time.Now()
-	e.fault(t, w, "node-2 restarted (every process killed, booted from its state)", func() error {
-		return e.c.RestartNode(e.ctx, "node-2")
-	}, func(r podRecord) bool { return r.node == "node-2" })
+	if err := e.c.RestartNode(e.ctx, "node-2"); err != nil {
+		t.Fatalf("%s: %v", nodeRestart, err)
+	}
+	e.waitWhole(t, nodeRestart)
+	e.figures.add(t, "fault %q: the cluster whole again after %s", nodeRestart, time.Since(restarted).Round(100*time.Millisecond))
+	w.check(t, e, nodeRestart, func(r podRecord) bool { return r.node == "node-2" })
 	e.reportRestartedNode(t, "node-2", before, restarted)
+	back := time.Now()
+	e.reportServices(t, nodeRestart+", until its pods ran again", restarted, back)
+	e.waitServicesAnswer(t, nodeRestart, back)
+}
+
+// waitKubeletBack waits until the node's kubelet renewed its Lease after since: a restarted
+// kubelet is running again, and the Node stays Ready meanwhile, so Ready alone does not tell.
+func (e *clusterEnv) waitKubeletBack(node string, since time.Time) error {
+	return harness.Poll(e.ctx, 2*time.Minute, 500*time.Millisecond, func() error {
+		lease, err := e.client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(e.ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if renewed := lease.Spec.RenewTime; renewed == nil || renewed.Before(&metav1.MicroTime{Time: since}) {
+			return fmt.Errorf("the kubelet of %s last renewed its Lease at %v, before %s", node, renewed, since.Format(time.RFC3339Nano))
+		}
+		return nil
+	})
+}
+
+// nriBridgePod returns nri-bridge's pod on the node (not one being deleted).
+func (e *clusterEnv) nriBridgePod(node string) (*corev1.Pod, error) {
+	pods, err := e.client.CoreV1().Pods("kube-system").List(e.ctx, metav1.ListOptions{
+		FieldSelector: "spec.nodeName=" + node, LabelSelector: "app.kubernetes.io/name=nri-bridge",
+	})
+	if err != nil {
+		return nil, err
+	}
+	var running []*corev1.Pod
+	for i := range pods.Items {
+		if pods.Items[i].DeletionTimestamp == nil {
+			running = append(running, &pods.Items[i])
+		}
+	}
+	if len(running) != 1 {
+		return nil, fmt.Errorf("%d nri-bridge pods on %s", len(running), node)
+	}
+	return running[0], nil
+}
+
+// updateNRIBridge updates nri-bridge's DaemonSet to a new image, as an upgrade of the network
+// does: the image of a new version (here the same nri-bridge under a new tag) imported on every
+// node, set in the DaemonSet and rolled out by its update strategy, until every node runs it.
+func (e *clusterEnv) updateNRIBridge(t *testing.T) error {
+	ds, err := e.client.AppsV1().DaemonSets("kube-system").Get(e.ctx, "nri-bridge", metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	next := ds.Spec.Template.Spec.Containers[0].Image + "-next"
+	image, err := testimages.NRIBridge(next, filepath.Join(os.Getenv(cluster.BinDirEnv), "nri-bridge"))
+	if err != nil {
+		return err
+	}
+	// Another version is another image, not another name of the same one.
+	image.Config.Labels = map[string]string{ocispec.AnnotationVersion: strings.TrimPrefix(next, testimages.NRIBridgeRepository+":")}
+	archive := filepath.Join(t.TempDir(), testimages.NRIBridgeArchive)
+	if err := testimages.WriteArchiveFile(archive, image); err != nil {
+		return err
+	}
+	for _, n := range e.c.Nodes {
+		if err := e.c.ImportImage(e.ctx, n.Name, archive); err != nil {
+			return err
+		}
+	}
+	if _, err := e.c.Kubectl(e.ctx, nil, "-n", "kube-system", "set", "image", "daemonset/nri-bridge", "nri-bridge="+next); err != nil {
+		return err
+	}
+	if _, err := e.c.Kubectl(e.ctx, nil, "-n", "kube-system", "rollout", "status", "daemonset/nri-bridge", "--timeout=3m"); err != nil {
+		return err
+	}
+	for _, n := range e.c.Nodes {
+		pod, err := e.nriBridgePod(n.Name)
+		if err != nil {
+			return err
+		}
+		if got := pod.Spec.Containers[0].Image; got != next || !cluster.PodReady(pod) {
+			return fmt.Errorf("nri-bridge's pod %s on %s runs %s (Ready: %t) after the rollout of %s", pod.Name, n.Name, got, cluster.PodReady(pod), next)
+		}
+	}
+	return nil
 }
 
 // waitDaemonSet waits until nri-bridge runs, up to date and ready, on every node.
 func (e *clusterEnv) waitDaemonSet() error {
-	return waitFor(e.ctx, 3*time.Minute, func() error {
+	return harness.Poll(e.ctx, 3*time.Minute, 500*time.Millisecond, func() error {
 		ds, err := e.client.AppsV1().DaemonSets("kube-system").Get(e.ctx, "nri-bridge", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -919,31 +1239,26 @@ func (e *clusterEnv) waitDaemonSet() error {
 	})
 }
 
-func waitFor(ctx context.Context, timeout time.Duration, check func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
-			return err
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-}
-
-// podsOn returns the node's running pods by UID.
-func (e *clusterEnv) podsOn(t *testing.T, node string) map[types.UID]podRecord {
+// runningPods returns the running pods that keep says, by UID.
+func (e *clusterEnv) runningPods(t *testing.T, keep func(*corev1.Pod) bool) map[types.UID]podRecord {
 	t.Helper()
 	pods := map[types.UID]podRecord{}
 	for _, pod := range e.allPods(t) {
-		if pod.Spec.NodeName == node && pod.Status.Phase == corev1.PodRunning {
-			r := podRecord{namespace: pod.Namespace, name: pod.Name, node: node, ips: podIPs(&pod), restarts: restarts(&pod)}
+		if pod.Status.Phase == corev1.PodRunning && keep(&pod) {
+			r := podRecord{namespace: pod.Namespace, name: pod.Name, node: pod.Spec.NodeName, ips: podIPs(&pod), restarts: restarts(&pod)}
 			if !pod.Spec.HostNetwork {
-				r.sandboxes = e.podSandboxes(t, node, pod.UID)
+				r.sandboxes = e.podSandboxes(t, pod.Spec.NodeName, pod.UID)
 			}
 			pods[pod.UID] = r
 		}
 	}
 	return pods
+}
+
+// podsOn returns the node's running pods by UID.
+func (e *clusterEnv) podsOn(t *testing.T, node string) map[types.UID]podRecord {
+	t.Helper()
+	return e.runningPods(t, func(pod *corev1.Pod) bool { return pod.Spec.NodeName == node })
 }
 
 // reportRestartedNode waits until every pod the node ran before its restart is gone or Ready
@@ -994,9 +1309,11 @@ func (e *clusterEnv) reportRestartedNode(t *testing.T, node string, before map[t
 }
 
 // testNodeWithoutNetwork: with nri-bridge kept off node-2, a new pod for node-2 waits without a
-// sandbox being made for it, pods on node-1 run on unaffected, and once nri-bridge returns the
-// waiting pod starts in one sandbox.
+// sandbox being made for it, the running pods (node-2's included) keep their sandboxes,
+// containers and IPs, the Services answer every request, and once nri-bridge returns the waiting
+// pod starts in one sandbox.
 func (e *clusterEnv) testNodeWithoutNetwork(t *testing.T) {
+	const what = "nri-bridge kept off node-2"
 	w := e.watchPods(t)
 	start := time.Now()
 	patch := `{"spec":{"template":{"spec":{"affinity":{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":` +
@@ -1004,26 +1321,28 @@ func (e *clusterEnv) testNodeWithoutNetwork(t *testing.T) {
 	if _, err := e.c.Kubectl(e.ctx, nil, "-n", "kube-system", "patch", "daemonset/nri-bridge", "--type=strategic", "-p", patch); err != nil {
 		t.Fatal(err)
 	}
-	e.pollUntil(t, 2*time.Minute, "node-2 without network", func() error {
-		if cond := e.networkReady(t, "node-2"); cond.Status {
-			return fmt.Errorf("node-2: NetworkReady still true")
+	// The kubelet holds pods back once it has seen NetworkReady false, as its Node then says.
+	e.pollUntil(t, 2*time.Minute, "node-2 NotReady for want of a pod network", func() error {
+		node, err := e.client.CoreV1().Nodes().Get(e.ctx, "node-2", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if ready := cluster.NodeCondition(node, corev1.NodeReady); ready == nil || ready.Status == corev1.ConditionTrue || !strings.Contains(ready.Message, "NetworkReady=false") {
+			return fmt.Errorf("node-2: Ready condition %+v", ready)
 		}
 		return nil
 	})
 	pod := e.netcheckPod("waiting", "node-2", nil)
 	pod.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
 	pod = e.createPod(t, pod)
-	time.Sleep(15 * time.Second)
+	e.waitHeldBack(t, pod)
 	if got, err := e.client.CoreV1().Pods(e2eNamespace).Get(e.ctx, "waiting", metav1.GetOptions{}); err != nil || got.Status.Phase != corev1.PodPending {
 		t.Errorf("pod waiting on node-2 without nri-bridge: %v, want Pending (error %v)", got.Status.Phase, err)
 	}
 	if ids := e.podSandboxes(t, "node-2", pod.UID); len(ids) != 0 {
 		t.Errorf("pod waiting on node-2 without nri-bridge: sandboxes %v, want none", ids)
 	}
-	// node-1 runs on: its pods keep their sandboxes, containers and IPs, and the prober reaches the
-	// Service through node-1's endpoint.
-	requests, failed := e.proberFailures(t, start, time.Now())
-	e.figures.add(t, "nri-bridge kept off node-2: Service requests from node-1: %d, failed %d", requests, len(failed))
+	e.checkServices(t, what, start, time.Now())
 	if _, err := e.c.Kubectl(e.ctx, nil, "-n", "kube-system", "patch", "daemonset/nri-bridge", "--type=json",
 		"-p", `[{"op":"remove","path":"/spec/template/spec/affinity"}]`); err != nil {
 		t.Fatal(err)
@@ -1035,5 +1354,5 @@ func (e *clusterEnv) testNodeWithoutNetwork(t *testing.T) {
 	if ids := e.podSandboxes(t, "node-2", pod.UID); len(ids) != 1 {
 		t.Errorf("pod waiting after nri-bridge returned: sandboxes %v, want one", ids)
 	}
-	w.check(t, e, "nri-bridge off node-2 and back", func(r podRecord) bool { return r.node == "node-2" || isNRIBridgePod(r) })
+	w.check(t, e, what+" and back", isNRIBridgePod)
 }

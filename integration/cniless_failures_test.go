@@ -18,7 +18,7 @@ import (
 
 // noIPError is how a CNI-less RunPodSandbox fails when no NRI plugin gave the pod an IP
 // (C9); it names the sandbox, which the client is never told otherwise.
-var noIPError = regexp.MustCompile(`pod sandbox "([0-9a-f]{64})" has no IP: CNI is disabled \(disable_cni\)`)
+var noIPError = regexp.MustCompile(`pod sandbox "([0-9a-f]{64})" \([^)]*\) has no IP: CNI is disabled \(disable_cni\)`)
 
 // wantNoIPFailure checks that err is that failure and says each of parts, and that the failed
 // sandbox left nothing behind (wantNothingLeftBehind). It returns the sandbox's ID.
@@ -112,7 +112,7 @@ func TestCNILessPodWithoutIPFailsToStart(t *testing.T) {
 	}
 
 	// No NRI plugin at all.
-	n.wantNoIPFailure(t, run(n.h.PodConfig("web")), 0, "and no connected NRI plugin is subscribed to PodSandboxStatus")
+	n.wantNoIPFailure(t, run(n.h.PodConfig("web")), 0, "and no connected NRI plugin handles RunPodSandbox or PodSandboxStatus")
 
 	// Only a plugin that owns no IP of any pod: the network is not ready, and a pod fails naming
 	// that plugin's answer.
@@ -123,23 +123,26 @@ func TestCNILessPodWithoutIPFailsToStart(t *testing.T) {
 			other.nriName(), cond.Status, cond.Reason, cond.Message)
 	}
 	id := n.wantNoIPFailure(t, run(n.h.PodConfig("web")), 0,
-		"and no NRI plugin reported one: NRI plugin "+other.nriName()+" answered that it owns no IP of the pod")
+		"and no NRI plugin reported one (handling RunPodSandbox: "+other.nriName()+"; asked for its status: "+other.nriName()+")")
 	wantTornDown(t, other, id)
 
 	n.startBridge(t)
 
-	// nri-bridge wires the pod (a veth, the pool's only address), but the other plugin claims
-	// another primary IP: the seed status query fails, and every plugin tears the pod down.
+	// nri-bridge wires the pod (a veth, the pool's only address), and the other plugin claims
+	// another primary IP: before the pod runs, a status answer's primary IP comes first, as it
+	// does before CNI's, and the address nri-bridge reported follows it.
 	claimed := annotatedPodConfig(n.h, "claimed", map[string]string{pluginAnnotation(other.name, "ip"): "192.0.2.140"})
 	other.behave(t, "claimed", "answer")
-	id = n.wantNoIPFailure(t, run(claimed), 0, "conflicting primary pod IPs", "plugin "+nriBridgeName+" reports "+only, "plugin "+other.nriName()+" reports 192.0.2.140")
-	wantTornDown(t, other, id)
-	if ports := bridgePorts(t, n.h); ports != 0 {
-		t.Errorf("the failed pod sandbox %s left %d ports on bridge %s", id, ports, n.h.Bridge)
+	claimedID := runPod(t, n.ctx, n.h, claimed)
+	status, network := verbosePodStatus(t, n.ctx, n.h, claimedID)
+	wantIPs(t, claimedID, status, network, liveFrom(other, "192.0.2.140"),
+		reportedIP{IP: only, Source: "nri:" + nriBridgeName, NRI: nriAtRunPodSandbox})
+	if err := n.h.RemovePod(n.ctx, claimedID); err != nil {
+		t.Fatal(err)
 	}
 
 	// The same pod as the first failure starts now: nothing kept its name, and it gets the
-	// address the failed pod had.
+	// address the removed pod had.
 	web := n.runBridgePod(t, "web")
 	n.wantBridgeIPs(t, web, nriAtRunPodSandbox, only)
 
@@ -175,7 +178,7 @@ func TestCNIDisabledUnderRunningCNIPod(t *testing.T) {
 		t.Errorf("with CNI disabled, CNI's pod %s is %s with IP %q, want READY with %s", id, status.GetState(), status.GetNetwork().GetIp(), ip)
 	}
 	if _, err := h.Runtime.RunPodSandbox(ctx, &criruntime.RunPodSandboxRequest{Config: h.PodConfig("after")}); err == nil ||
-		!strings.Contains(err.Error(), "no connected NRI plugin is subscribed to PodSandboxStatus") {
+		!strings.Contains(err.Error(), "no connected NRI plugin handles RunPodSandbox or PodSandboxStatus") {
 		t.Errorf("a new pod without NRI plugin and CNI disabled: error %v, want one saying no NRI plugin is subscribed", err)
 	}
 

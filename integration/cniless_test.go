@@ -319,8 +319,8 @@ func TestCNILessNetworkReadyFollowsThePlugin(t *testing.T) {
 	n := startCNILessNode(t, func(h *harness.Harness) []string { return []string{"-ipv4-subnet", ipv4Subnet(h)} })
 
 	before := networkCondition(t, n.ctx, n.h)
-	if before.Status || before.Reason != "NRINetworkPluginNotReady" || !strings.Contains(before.Message, "PodSandboxStatus") {
-		t.Errorf("before nri-bridge connects: NetworkReady %v, reason %q, message %q; want false, NRINetworkPluginNotReady, naming PodSandboxStatus",
+	if before.Status || before.Reason != "NRINetworkPluginNotReady" || !strings.Contains(before.Message, `"bridge" (network_plugin)`) {
+		t.Errorf("before nri-bridge connects: NetworkReady %v, reason %q, message %q; want false, NRINetworkPluginNotReady, naming network_plugin \"bridge\"",
 			before.Status, before.Reason, before.Message)
 	}
 	n.startBridge(t)
@@ -611,51 +611,88 @@ func waitObserved(t *testing.T, path, event, pod string) observedPodIPs {
 	}
 }
 
-// Upstream's TestNriPluginNetworking* check on a CNI-less node: another NRI plugin sees in pod
-// events the IPs that are in the pod's netns. The observer (index 05) runs before nri-bridge
-// (index 10): in RunPodSandbox the netns has no address yet, in StopPodSandbox it still has them.
-func TestCNILessNRIPluginsSeePodIPs(t *testing.T) {
+// Every NRI plugin sees a pod's IPs in every pod event, whatever its index, as upstream's
+// TestNriPluginNetworking* check with CNI. Without CNI, the network plugin (nri-bridge, 10-bridge)
+// handles RunPodSandbox before every other plugin, so plugins at 00, 10 and 99 see the IPs it
+// reported, as they see CNI's with CNI; what they are shown is what the pod's netns has. After a
+// plugin restarts, Synchronize shows them; after the netns is gone (RemovePodSandbox), the IPs
+// the pod had are still shown, as upstream does.
+func TestNRIPluginsSeePodIPsWhateverTheirIndex(t *testing.T) {
 	t.Parallel()
-	n := startCNILessNode(t, dualStack)
-	n.startBridge(t)
-	synced := n.runBridgePod(t, "synced")
-	syncedIPs := statusIPs(podStatus(t, n.ctx, n.h, synced.id))
+	for _, cniLess := range []bool{true, false} {
+		t.Run(map[bool]string{true: "CNI-less", false: "CNI"}[cniLess], func(t *testing.T) {
+			t.Parallel()
+			var (
+				h   *harness.Harness
+				ctx context.Context
+				run func(name string) string
+			)
+			if cniLess {
+				n := startCNILessNode(t, dualStack)
+				n.startBridge(t)
+				h, ctx = n.h, n.ctx
+				run = func(name string) string { return n.runBridgePod(t, name).id }
+			} else {
+				h, ctx = startHarness(t, harness.Options{})
+				run = func(name string) string { return runPod(t, ctx, h, h.PodConfig(name)) }
+			}
+			ipsOf := func(id string) []string { return statusIPs(podStatus(t, ctx, h, id)) }
+			synced := run("synced")
 
-	out := filepath.Join(n.h.Root, "observed.jsonl")
-	if _, err := n.h.StartProcess("podipobserver", podIPObserverPath(t), "-socket", n.h.NRISocket, "-idx", "05", "-out", out); err != nil {
-		t.Fatal(err)
-	}
-	wantSeen := func(r observedPodIPs, ips []string) {
-		t.Helper()
-		if r.Error != "" {
-			t.Fatalf("podipobserver: %s of pod %s: %s", r.Event, r.Pod, r.Error)
-		}
-		if !slices.Equal(r.IPs, ips) {
-			t.Errorf("%s of pod %s shows NRI plugins IPs %v, want %v", r.Event, r.Pod, r.IPs, ips)
-		}
-		if r.NetNS != "" && !slices.Equal(sortedCopy(r.NetNSIPs), sortedCopy(r.IPs)) {
-			t.Errorf("%s of pod %s: its netns %s has %v, NRI plugins are shown %v", r.Event, r.Pod, r.NetNS, r.NetNSIPs, r.IPs)
-		}
-	}
-	wantSeen(waitObserved(t, out, "Synchronize", synced.id), syncedIPs)
+			observers := []struct{ idx, name, out string }{{idx: "00", name: "early"}, {idx: "10", name: "peer"}, {idx: "99", name: "late"}}
+			start := func(i int) *harness.Process {
+				return startSynchronizedPlugin(t, ctx, h, observers[i].idx, observers[i].name, podIPObserverPath(t), "-out", observers[i].out)
+			}
+			var first *harness.Process
+			for i := range observers {
+				observers[i].out = filepath.Join(h.Root, "observed-"+observers[i].idx+".jsonl")
+				if p := start(i); i == 0 {
+					first = p
+				}
+			}
+			wantSeen := func(event, pod string, ips []string) {
+				t.Helper()
+				for _, o := range observers {
+					r := waitObserved(t, o.out, event, pod)
+					if r.Error != "" {
+						t.Fatalf("plugin %s-%s: %s of pod %s: %s", o.idx, o.name, r.Event, r.Pod, r.Error)
+					}
+					if !slices.Equal(sortedCopy(r.IPs), sortedCopy(ips)) {
+						t.Errorf("plugin %s-%s: %s of pod %s shows IPs %v, want %v", o.idx, o.name, event, pod, r.IPs, ips)
+					}
+					if r.NetNS != "" && !slices.Equal(sortedCopy(r.NetNSIPs), sortedCopy(r.IPs)) {
+						t.Errorf("plugin %s-%s: %s of pod %s: its netns %s has %v, NRI shows %v", o.idx, o.name, event, pod, r.NetNS, r.NetNSIPs, r.IPs)
+					}
+				}
+			}
+			wantSeen("Synchronize", synced, ipsOf(synced))
 
-	pod := n.runBridgePod(t, "lifecycle")
-	ips := statusIPs(podStatus(t, n.ctx, n.h, pod.id))
-	if len(ips) != 2 {
-		t.Fatalf("pod %s reports %v, want two IPs", pod.id, ips)
+			pod := run("lifecycle")
+			ips := ipsOf(pod)
+			if want := map[bool]int{true: 2, false: 1}[cniLess]; len(ips) != want {
+				t.Fatalf("pod %s reports %v, want %d IPs", pod, ips, want)
+			}
+			wantSeen("RunPodSandbox", pod, ips)
+
+			// The first plugin, restarted, is shown the running pods' IPs again.
+			if err := first.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Remove(observers[0].out); err != nil {
+				t.Fatal(err)
+			}
+			start(0)
+			if r := waitObserved(t, observers[0].out, "Synchronize", pod); !slices.Equal(sortedCopy(r.IPs), sortedCopy(ips)) {
+				t.Errorf("plugin 00-early, restarted: Synchronize of pod %s shows IPs %v, want %v", pod, r.IPs, ips)
+			}
+
+			if err := h.RemovePod(ctx, pod); err != nil {
+				t.Fatal(err)
+			}
+			wantSeen("StopPodSandbox", pod, ips)
+			wantSeen("RemovePodSandbox", pod, ips)
+		})
 	}
-	wantSeen(waitObserved(t, out, "RunPodSandbox", pod.id), nil)
-	wantSeen(waitObserved(t, out, "StartContainer", pod.id), ips)
-	if err := n.h.RemovePod(n.ctx, pod.id); err != nil {
-		t.Fatal(err)
-	}
-	stopped := waitObserved(t, out, "StopPodSandbox", pod.id)
-	if stopped.NetNS == "" {
-		t.Errorf("StopPodSandbox of pod %s shows no network namespace", pod.id)
-	}
-	wantSeen(stopped, ips)
-	// The netns is gone; the IPs the pod had are still shown, as upstream does with CNI.
-	wantSeen(waitObserved(t, out, "RemovePodSandbox", pod.id), ips)
 }
 
 // containerd asks the plugins once right after their RunPodSandbox hooks: the pod's first CRI

@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"context"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -23,15 +25,69 @@ func behaveReport(ips ...string) string { return "report " + strings.Join(ips, "
 // behaveFlood is the behaviour of a test plugin that answers with n IPs of 198.18.0.0/15.
 func behaveFlood(n int) string { return "flood " + strconv.Itoa(n) }
 
-// overLimitError is how an answer with too many IPs fails, for a plugin and a count.
-func overLimitError(plugin *testPlugin, count int) string {
-	return "plugin " + plugin.nriName() + " reports " + strconv.Itoa(count) + " pod IPs, more than the " +
-		strconv.Itoa(maxPodIPsPerAnswer) + " a plugin may report for a pod"
+// invalidNetworkError is how an invalid answer of plugin about the pod named pod fails, naming
+// both; what is wrong follows it.
+func invalidNetworkError(plugin *testPlugin, pod string) string {
+	return "plugin " + plugin.nriName() + " reported an invalid network for pod " + harness.PodNamespace + "/" + pod + ": "
 }
 
-// An answer with more IPs than a plugin may report fails the pod's status, naming the plugin,
-// the pod and the count, and is neither remembered nor persisted; an answer at the limit is
-// reported. Without CNI, such an answer leaves a new pod without IP: it fails to start.
+// overLimitError is how an answer with too many IPs fails, for a plugin, a pod and a count.
+func overLimitError(plugin *testPlugin, pod string, count int) string {
+	return invalidNetworkError(plugin, pod) + strconv.Itoa(count) + " IPs, at most " + strconv.Itoa(maxPodIPsPerAnswer) + " allowed"
+}
+
+// failedPodSandbox matches the pod sandbox of the pod named name in the error of its failed
+// RunPodSandbox, which the client is told nowhere else.
+func failedPodSandbox(name string) *regexp.Regexp {
+	return regexp.MustCompile(`pod sandbox "([0-9a-f]{64})" \(` + regexp.QuoteMeta(harness.PodNamespace+"/"+name) + `\)`)
+}
+
+// wantRunRefused checks that err, the error of the RunPodSandbox of the pod named name, names
+// each of parts and the new pod sandbox, that the sandbox left nothing behind
+// (wantNothingLeftBehind, with livePods), and that each of plugins saw it torn down. It returns
+// the sandbox's ID.
+func wantRunRefused(t *testing.T, ctx context.Context, h *harness.Harness, err error, name string, livePods int, plugins []*testPlugin, parts ...string) string {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("RunPodSandbox of pod %s succeeded, want it refused", name)
+	}
+	wantErrorNaming(t, err, parts...)
+	match := failedPodSandbox(name).FindStringSubmatch(err.Error())
+	if match == nil {
+		t.Fatalf("RunPodSandbox of pod %s failed with %q, which does not name the new pod sandbox", name, err)
+	}
+	wantNothingLeftBehind(t, ctx, h, match[1], livePods)
+	for _, plugin := range plugins {
+		wantTornDown(t, plugin, match[1])
+	}
+	return match[1]
+}
+
+// wantCNIReleased checks that host-local holds no IP for the pod sandbox id any more.
+func wantCNIReleased(t *testing.T, h *harness.Harness, id string) {
+	t.Helper()
+	if ips := cniIPsOf(t, h, id); len(ips) != 0 {
+		t.Errorf("the refused pod sandbox %s keeps its CNI IPs %v", id, ips)
+	}
+}
+
+// floodIPs are the first n IPs of a flood answer (behaveFlood), live from plugin.
+func floodIPs(plugin *testPlugin, n int) []reportedIP {
+	ips := make([]reportedIP, 0, n)
+	for addr := netip.MustParseAddr("198.18.0.0"); len(ips) < n; {
+		addr = addr.Next()
+		ips = append(ips, liveFrom(plugin, addr.String()))
+	}
+	return ips
+}
+
+// A plugin may report at most 16 IPs for a pod. An answer with more fails the new pod's
+// RunPodSandbox, naming the plugin, the pod and the count, and leaves nothing behind, with CNI
+// (its IP released) and without. An answer at the limit networks a pod. For a running pod, an
+// answer over the limit fails its status (crictl inspectp too), naming the plugin, the pod and
+// the count, while the pod stays READY; it is neither remembered nor persisted: the plugin's
+// answer at the limit is live again once it answers so, stands in once the plugin is gone, and
+// is what containerd's metadata database holds.
 func TestPluginAnswerOverTheIPLimit(t *testing.T) {
 	t.Parallel()
 	t.Run("CNI", func(t *testing.T) {
@@ -39,30 +95,44 @@ func TestPluginAnswerOverTheIPLimit(t *testing.T) {
 		h, ctx := startHarness(t, harness.Options{})
 		plugin := startTestPlugin(t, ctx, h, "10", "flood")
 		plugin.behave(t, "", behaveFlood(20000))
-		config := h.PodConfig("flood")
 		start := time.Now()
-		id := runPod(t, ctx, h, config)
+		_, err := h.Runtime.RunPodSandbox(ctx, &criruntime.RunPodSandboxRequest{Config: h.PodConfig("flood")})
 		t.Logf("RunPodSandbox with a plugin answering 20000 IPs: %s", time.Since(start))
+		refused := wantRunRefused(t, ctx, h, err, "flood", 0, []*testPlugin{plugin}, overLimitError(plugin, "flood", 20000))
+		wantCNIReleased(t, h, refused)
 
+		// A pod networked by an answer at the limit.
+		plugin.behave(t, "", behaveFlood(maxPodIPsPerAnswer))
+		id := runPod(t, ctx, h, h.PodConfig("at-limit"))
+		cniIP := cniIPOf(t, h, id)
+		atLimit := append(floodIPs(plugin, maxPodIPsPerAnswer), cniSourced(cniIP))
+		status, network := verbosePodStatus(t, ctx, h, id)
+		wantIPs(t, id, status, network, atLimit...)
+
+		// The same pod, running, flooded.
+		plugin.behave(t, "", behaveFlood(20000))
 		for range 2 {
-			wantErrorNaming(t, podStatusError(t, ctx, h, id), overLimitError(plugin, 20000),
-				harness.PodNamespace+"/flood", id)
+			wantErrorNaming(t, podStatusError(t, ctx, h, id), overLimitError(plugin, "at-limit", 20000), id)
 		}
-		if out, err := h.Crictl(ctx, "inspectp", id); err == nil || !strings.Contains(err.Error()+string(out), overLimitError(plugin, 20000)) {
+		if out, err := h.Crictl(ctx, "inspectp", id); err == nil || !strings.Contains(err.Error()+string(out), overLimitError(plugin, "at-limit", 20000)) {
 			t.Errorf("crictl inspectp of pod %s: %v\n%.300s; want it to fail naming the limit", id, err, out)
 		}
 		wantPodReady(t, ctx, h, id)
-
 		plugin.behave(t, "", behaveFlood(maxPodIPsPerAnswer))
-		status, network := verbosePodStatus(t, ctx, h, id)
-		if ips := statusIPs(status); len(ips) != maxPodIPsPerAnswer+1 || ips[0] != "198.18.0.1" || network.IPs[0].NRI != "live" {
-			t.Errorf("pod %s with an answer of %d IPs reports %v (%+v), want them and its CNI IP", id, maxPodIPsPerAnswer, ips, network.IPs)
-		}
+		status, network = verbosePodStatus(t, ctx, h, id)
+		wantIPs(t, id, status, network, atLimit...)
 
-		// What was persisted is the answer at the limit, never the flood.
+		// What stands in and what was persisted is the answer at the limit, never the flood.
 		plugin.behave(t, "", behaveFlood(maxPodIPsPerAnswer+1))
-		podStatusError(t, ctx, h, id)
+		wantErrorNaming(t, podStatusError(t, ctx, h, id), overLimitError(plugin, "at-limit", maxPodIPsPerAnswer+1), id)
 		plugin.kill(t)
+		waitLogLine(t, h, `connection to plugin \"`+plugin.nriName()+`\" closed`)
+		lastKnown := floodIPs(plugin, maxPodIPsPerAnswer)
+		for i := range lastKnown {
+			lastKnown[i].NRI = "last-known"
+		}
+		status, network = verbosePodStatus(t, ctx, h, id)
+		wantIPs(t, id, status, network, append(lastKnown, cniSourced(cniIP))...)
 		if err := h.Stop(); err != nil {
 			t.Fatal(err)
 		}
@@ -83,14 +153,13 @@ func TestPluginAnswerOverTheIPLimit(t *testing.T) {
 		plugin := startTestPlugin(t, n.ctx, n.h, "10", "flood")
 		plugin.behave(t, "", behaveFlood(20000))
 		_, err := n.h.Runtime.RunPodSandbox(n.ctx, &criruntime.RunPodSandboxRequest{Config: n.h.PodConfig("flood")})
-		id := n.wantNoIPFailure(t, err, 0, overLimitError(plugin, 20000), harness.PodNamespace+"/flood")
-		wantTornDown(t, plugin, id)
+		wantRunRefused(t, n.ctx, n.h, err, "flood", 0, []*testPlugin{plugin}, overLimitError(plugin, "flood", 20000))
 	})
 }
 
 // conflictingPod matches the pod sandbox a conflict names as the one that reports the IP.
 func conflictingPod(name string) *regexp.Regexp {
-	return regexp.MustCompile(`for pod sandbox "([0-9a-f]{64})" \(` + harness.PodNamespace + "/" + name + `\), but pod sandbox`)
+	return regexp.MustCompile(`pod sandbox "([0-9a-f]{64})" \(` + harness.PodNamespace + "/" + name + `\): \S+ reports IP`)
 }
 
 // One IP, one pod: an IP a plugin reports for a pod while another pod of the node holds it
@@ -116,8 +185,8 @@ func TestOneIPOnePodPerNode(t *testing.T) {
 		if err == nil {
 			t.Fatalf("pod %s handed %s, which pod %s holds, started as %s", name, ip, holderName, id)
 		}
-		wantErrorNaming(t, err, "NRI plugin "+plugin.nriName()+" reports IP "+ip, harness.PodNamespace+"/"+name,
-			`pod sandbox "`+holder+`" (`+harness.PodNamespace+"/"+holderName+`) holds it`)
+		wantErrorNaming(t, err, "nri:"+plugin.nriName()+" reports IP "+ip, harness.PodNamespace+"/"+name,
+			`pod sandbox "`+holder+`" (`+harness.PodNamespace+"/"+holderName+`) holds`)
 		match := conflictingPod(name).FindStringSubmatch(err.Error())
 		if match == nil {
 			t.Fatalf("RunPodSandbox of pod %s failed with %q, which does not name the new pod sandbox", name, err)
@@ -145,8 +214,8 @@ func TestOneIPOnePodPerNode(t *testing.T) {
 	}
 	neighbourCNI := cniIPOf(t, h, neighbour)
 	plugin.behave(t, "neighbour", behaveReport("192.0.2.201", shared))
-	wantErrorNaming(t, podStatusError(t, ctx, h, neighbour), "NRI plugin "+plugin.nriName()+" reports IP "+shared,
-		`pod sandbox "`+neighbour+`" (`+harness.PodNamespace+"/neighbour)", `pod sandbox "`+first+`" (`+harness.PodNamespace+"/first) holds it")
+	wantErrorNaming(t, podStatusError(t, ctx, h, neighbour), "nri:"+plugin.nriName()+" reports IP "+shared,
+		`pod sandbox "`+neighbour+`" (`+harness.PodNamespace+"/neighbour)", `pod sandbox "`+first+`" (`+harness.PodNamespace+"/first) holds")
 	wantPodReady(t, ctx, h, neighbour)
 	status, network := verbosePodStatus(t, ctx, h, first)
 	wantIPs(t, first, status, network, liveFrom(plugin, shared), cniSourced(firstCNI))
@@ -154,7 +223,7 @@ func TestOneIPOnePodPerNode(t *testing.T) {
 	// ... or the IP CNI assigned to a running pod.
 	plugin.behave(t, "neighbour", behaveReport("192.0.2.201", firstCNI))
 	wantErrorNaming(t, podStatusError(t, ctx, h, neighbour), "reports IP "+firstCNI,
-		`pod sandbox "`+first+`" (`+harness.PodNamespace+"/first) holds it (assigned by CNI)")
+		`pod sandbox "`+first+`" (`+harness.PodNamespace+"/first) holds")
 	plugin.behave(t, "neighbour", "")
 	status, network = verbosePodStatus(t, ctx, h, neighbour)
 	wantIPs(t, neighbour, status, network, liveFrom(plugin, "192.0.2.201"), cniSourced(neighbourCNI))

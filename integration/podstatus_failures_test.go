@@ -161,11 +161,12 @@ func wantAlwaysReady(t *testing.T, s networkReadySamples) {
 	}
 }
 
-// C4, C5: the network plugin of a new pod fails (it has no last known answer for it) while a
-// second plugin answers that it owns nothing: the pod's IPs are unknown, so PodSandboxStatus
-// fails with Unavailable naming the owner and the pod, never reporting the CNI IP alone; the pod
-// stays READY, and container events carry no pod status rather than a guessed one. Once the
-// owner answers, its IPs are reported, container events included.
+// C4, C5: the network plugin of a new pod fails from its first query on (it never answered for
+// it) while a second plugin answers that it owns nothing: the pod's IPs are unknown, so
+// PodSandboxStatus fails with Unavailable naming the owner, its error and the pod (not the
+// plugin that answered), never reporting the CNI IP alone; the pod stays READY, and container
+// events carry no pod status rather than a guessed one. Once the owner answers, its IPs are
+// reported, its primary IP first, container events included.
 func TestPodStatusOwnerFailsOtherAnswersEmpty(t *testing.T) {
 	t.Parallel()
 	h, ctx := startHarness(t, harness.Options{})
@@ -192,7 +193,7 @@ func TestPodStatusOwnerFailsOtherAnswersEmpty(t *testing.T) {
 		}
 		wantErrorNaming(t, err,
 			fmt.Sprintf("IPs of pod sandbox %q (%s/owned) are unknown: NRI plugin %s gave no answer (", id, harness.PodNamespace, owner.nriName()),
-			"fails on purpose", "and has no last known answer")
+			"fails on purpose", "): unavailable")
 		if strings.Contains(err.Error(), other.nriName()) {
 			t.Errorf("error %q names NRI plugin %s, which answered", err, other.nriName())
 		}
@@ -226,13 +227,17 @@ func TestPodStatusOwnerFailsOtherAnswersEmpty(t *testing.T) {
 	wantNoReadyWithoutIP(t, events.of(id, container))
 }
 
-// S4, C8: the network plugin of a CNI-less node answers too late, twice: it stays connected,
-// NetworkReady never turns false, the pod keeps its IPs from the plugin's last known answer,
-// and while the plugin backs off a status query does not wait for it.
+// S4, C8: the network plugin of a CNI-less node (network_plugin names it without its index)
+// answers status queries too late, twice: with its default failure policy it stays connected,
+// NetworkReady never turns false, and the pod keeps its IPs from the plugin's last known answer.
+// After a timeout the plugin is not asked for 1 s, and after the next timeout for twice as
+// long: while it backs off, a status query does not wait for it and says it is backing off. Once
+// it answers in time it is live again; containerd logs the first timeout and the recovery once
+// each.
 func TestPodStatusOwnerTimesOutTwice(t *testing.T) {
 	t.Parallel()
 	const requestTimeout = 2 * time.Second // the harness's default plugin_request_timeout
-	n := startCNILessNodeFollowing(t, "10-owner", func(*harness.Harness) []string { return nil })
+	n := startCNILessNodeFollowing(t, "owner", func(*harness.Harness) []string { return nil })
 	h, ctx := n.h, n.ctx
 	owner := startTestPlugin(t, ctx, h, "10", "owner")
 	other := startTestPlugin(t, ctx, h, "20", "other")
@@ -249,12 +254,15 @@ func TestPodStatusOwnerTimesOutTwice(t *testing.T) {
 
 	stopSampling := sampleNetworkReady(ctx, h)
 	owner.behave(t, "owned", behaveSlow(requestTimeout+time.Second))
-	var backoffLatencies []time.Duration
+	var (
+		backoffLatencies []time.Duration
+		timedOut         time.Time
+	)
 	for round := 1; round <= 2; round++ {
 		// The query that times out: the plugin is asked (a probe in round 2, once the first
 		// backoff of 1 s expired) and its last known answer stands in.
 		status, network, elapsed := timedVerboseStatus(t, ctx, h, id)
-		timedOut := time.Now()
+		timedOut = time.Now()
 		t.Logf("round %d: the status query that timed out took %s (plugin_request_timeout %s)", round, elapsed, requestTimeout)
 		if elapsed < requestTimeout-500*time.Millisecond || elapsed > requestTimeout+5*time.Second {
 			t.Errorf("round %d: the status query of pod %s took %s, want about plugin_request_timeout %s", round, id, elapsed, requestTimeout)
@@ -295,6 +303,18 @@ func TestPodStatusOwnerTimesOutTwice(t *testing.T) {
 	if backoffLatencies[0] >= 50*time.Millisecond {
 		t.Errorf("the second query, during the backoff, took %s, want < 50ms", backoffLatencies[0])
 	}
+	// The second timeout doubled the backoff: past the first backoff's 1 s, the plugin is still
+	// not asked.
+	time.Sleep(time.Until(timedOut.Add(1300 * time.Millisecond)))
+	calls := owner.calls(t, id)
+	status, network, _ = timedVerboseStatus(t, ctx, h, id)
+	if asked := owner.calls(t, id) - calls; asked != 0 {
+		t.Errorf("NRI plugin %s was asked %d times 1.3s after its second timeout, want never: its backoff did not double", owner.nriName(), asked)
+	} else if since := time.Since(timedOut); since >= 2*time.Second {
+		t.Fatalf("the query 1.3s after the second timeout ended %s after it, past the doubled backoff (2s): the test was too slow to prove anything", since)
+	}
+	wantIPs(t, id, status, network, lastKnown...)
+	wantNoAnswer(t, id, network, owner.nriName(), errBackingOff)
 
 	owner.behave(t, "owned", "")
 	status, network = waitLiveAgain(t, ctx, h, id, owner.nriName())
@@ -304,7 +324,8 @@ func TestPodStatusOwnerTimesOutTwice(t *testing.T) {
 	// Entering and leaving the backoff are logged once each; the second timeout, while backing
 	// off, is not.
 	for _, line := range []string{
-		"plugin " + owner.nriName() + " did not answer PodSandboxStatus within " + requestTimeout.String(),
+		"plugin " + owner.nriName() + " did not answer PodSandboxStatus within " + requestTimeout.String() +
+			": not asked again for 1s, and longer while it does not answer in time",
 		"plugin " + owner.nriName() + " answers PodSandboxStatus again",
 	} {
 		if n := logCount(t, h, line); n != 1 {

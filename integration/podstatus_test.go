@@ -215,7 +215,8 @@ func wantUpstream(t *testing.T, ctx context.Context, h *harness.Harness, upstrea
 	}
 }
 
-// Test 1: a plugin that sets the primary IP displaces the CNI IP to the additional IPs.
+// Test 1: a plugin that sets the primary IP displaces the CNI IP to the additional IPs, in CRI
+// and in crictl inspectp with provenance; containerd logs the plugins' answers once per change.
 func TestPodStatusPluginSetsPrimaryIP(t *testing.T) {
 	t.Parallel()
 	h, ctx := startHarness(t, harness.Options{})
@@ -235,21 +236,32 @@ func TestPodStatusPluginSetsPrimaryIP(t *testing.T) {
 		t.Errorf("crictl inspectp %s shows provenance %+v, want %+v", id, shown.PodNetwork.IPs, want)
 	}
 
-	// The change of the pod's IPs is logged once at info level, not on every query.
+	// The plugins' answers are logged at info level once when they change (the first time at
+	// RunPodSandbox), not on every query.
 	podStatus(t, ctx, h, id)
-	logged := 0
-	data, err := os.ReadFile(h.LogPath)
-	if err != nil {
-		t.Fatal(err)
+	first := answersLogLine(id, "nri-primary", "{Plugin:"+plugin.nriName()+" IP:192.0.2.10 AdditionalIPs:[]}")
+	if n := logCount(t, h, first); n != 1 {
+		t.Errorf("containerd logged %q %d times after RunPodSandbox and three queries, want once", first, n)
 	}
-	for line := range strings.SplitSeq(string(data), "\n") {
-		if strings.Contains(line, id) && strings.Contains(line, "reports IPs [192.0.2.10 (nri:10-netip), "+cniIP+" (cni)]") {
-			logged++
+	plugin.behave(t, "nri-primary", behaveReport("192.0.2.10", "192.0.2.11"))
+	for range 2 {
+		status, network = verbosePodStatus(t, ctx, h, id)
+		wantIPs(t, id, status, network, liveFrom(plugin, "192.0.2.10"), liveFrom(plugin, "192.0.2.11"), cniSourced(cniIP))
+	}
+	changed := answersLogLine(id, "nri-primary", "{Plugin:"+plugin.nriName()+" IP:192.0.2.10 AdditionalIPs:[192.0.2.11]}")
+	for line, want := range map[string]int{first: 1, changed: 1} {
+		if n := logCount(t, h, line); n != want {
+			t.Errorf("containerd logged %q %d times after the plugin's answer changed and two queries, want %d", line, n, want)
 		}
 	}
-	if logged != 1 {
-		t.Errorf("containerd logged the IPs of pod %s %d times after three queries, want once", id, logged)
-	}
+}
+
+// answersLogLine is how containerd logs, at info level, the NRI plugins' answers (each
+// "{Plugin:<nri name> IP:<ip> AdditionalIPs:[<ips>]}") about pod sandbox id of the pod named pod
+// when they change.
+func answersLogLine(id, pod string, answers ...string) string {
+	return `level=info msg="NRI plugins report the IPs of pod sandbox \"` + id + `\" (` + harness.PodNamespace + "/" + pod +
+		"): [" + strings.Join(answers, " ") + `]"`
 }
 
 // Test 2: a plugin that sets only additional IPs keeps the CNI primary first; its IPs come
@@ -359,55 +371,125 @@ func TestPodStatusHostNetworkNeverAsksPlugin(t *testing.T) {
 	}
 }
 
-// Test 5: two plugins claiming different primary IPs fail the status naming both, the pod
-// keeps running, and the status recovers when one plugin stops claiming.
+// Test 5: two plugins reporting different primary IPs for a new pod fail its RunPodSandbox,
+// naming the pod, both plugins and both IPs, and leave nothing behind. For a running pod, a
+// plugin that starts reporting a primary IP other than the one another plugin reports fails its
+// status alike; the pod stays READY and keeps working, and its status recovers with the owner's
+// IP once the other plugin stops claiming.
 func TestPodStatusConflictingPlugins(t *testing.T) {
 	t.Parallel()
 	h, ctx := startHarness(t, harness.Options{})
 	alpha := startTestPlugin(t, ctx, h, "10", "alpha")
 	beta := startTestPlugin(t, ctx, h, "20", "beta")
-	config := annotatedPodConfig(h, "conflict", map[string]string{
+	_, err := h.Runtime.RunPodSandbox(ctx, &criruntime.RunPodSandboxRequest{Config: annotatedPodConfig(h, "conflict", map[string]string{
 		pluginAnnotation("alpha", "ip"): "192.0.2.51",
 		pluginAnnotation("beta", "ip"):  "192.0.2.52",
-	})
-	id := runPod(t, ctx, h, config)
+	})})
+	refused := wantRunRefused(t, ctx, h, err, "conflict", 0, []*testPlugin{alpha, beta},
+		"NRI plugins "+alpha.nriName()+" and "+beta.nriName()+" both report the primary IP of the pod: 192.0.2.51 and 192.0.2.52")
+	wantCNIReleased(t, h, refused)
 
-	err := podStatusError(t, ctx, h, id)
-	wantErrorNaming(t, err, alpha.nriName(), "192.0.2.51", beta.nriName(), "192.0.2.52")
+	// The refused pod holds no IP: a running pod gets alpha's.
+	config := annotatedPodConfig(h, "conflict-later", map[string]string{pluginAnnotation("alpha", "ip"): "192.0.2.51"})
+	id := runPod(t, ctx, h, config)
+	cniIP := cniIPOf(t, h, id)
+	status, network := verbosePodStatus(t, ctx, h, id)
+	wantIPs(t, id, status, network, liveFrom(alpha, "192.0.2.51"), cniSourced(cniIP))
+
+	beta.behave(t, "conflict-later", behaveReport("192.0.2.52"))
+	err = podStatusError(t, ctx, h, id)
+	wantErrorNaming(t, err, fmt.Sprintf("pod sandbox %q (%s/conflict-later)", id, harness.PodNamespace),
+		"NRI plugins "+alpha.nriName()+" and "+beta.nriName()+" both report the primary IP of the pod: 192.0.2.51 and 192.0.2.52")
 	wantPodReady(t, ctx, h, id)
 	container := runContainer(t, ctx, h, id, config, "sleeper")
 	if _, err := h.Runtime.ExecSync(ctx, &criruntime.ExecSyncRequest{ContainerId: container, Cmd: []string{"true"}, Timeout: 30}); err != nil {
 		t.Errorf("exec in pod %s while its status fails: %v", id, err)
 	}
 
-	beta.behave(t, "conflict", behaveEmpty)
-	status, network := verbosePodStatus(t, ctx, h, id)
-	wantIPs(t, id, status, network, liveFrom(alpha, "192.0.2.51"), cniSourced(cniIPOf(t, h, id)))
+	beta.behave(t, "conflict-later", "")
+	status, network = verbosePodStatus(t, ctx, h, id)
+	wantIPs(t, id, status, network, liveFrom(alpha, "192.0.2.51"), cniSourced(cniIP))
 }
 
-// Test 6: an invalid IP fails the status with an error naming the plugin and the value.
+// invalidPodIP is a value no pod can hold as its IP, and why.
+type invalidPodIP struct {
+	value   string
+	primary bool // reported as the primary IP, else as an additional IP
+	why     string
+}
+
+// invalidPodIPs are values an answer may not hold: not bare IP addresses, and special addresses.
+var invalidPodIPs = []invalidPodIP{
+	{"192.0.2.300", true, "not a bare IPv4 or IPv6 address"},
+	{"192.0.2.62/24", false, "not a bare IPv4 or IPv6 address"},
+	{"fe80::62%eth0", false, "not a bare IPv4 or IPv6 address"},
+	{"0.0.0.0", true, "an unspecified address, which no pod can hold"},
+	{"::", false, "an unspecified address, which no pod can hold"},
+	{"127.0.0.1", true, "a loopback address, which no pod can hold"},
+	{"::1", false, "a loopback address, which no pod can hold"},
+	{"169.254.0.62", false, "a link-local address, which no pod can hold"},
+	{"fe80::62", true, "a link-local address, which no pod can hold"},
+	{"224.0.0.62", true, "a multicast address, which no pod can hold"},
+	{"ff02::62", false, "a multicast address, which no pod can hold"},
+	{"255.255.255.255", true, "the broadcast address, which no pod can hold"},
+}
+
+// Test 6: an answer with a value no pod can hold as its IP (not a bare IPv4 or IPv6 address; an
+// unspecified, loopback, link-local, multicast or broadcast address), as the primary or an
+// additional IP, fails a new pod's RunPodSandbox, naming the plugin, the pod and the value, and
+// leaves nothing behind. For a running pod the same answers fail its status alike, while the
+// pod stays READY; they are never remembered: once the plugin answers validly again its IPs are
+// live, and once it is gone its last valid answer stands in.
 func TestPodStatusInvalidIP(t *testing.T) {
 	t.Parallel()
 	h, ctx := startHarness(t, harness.Options{})
 	plugin := startTestPlugin(t, ctx, h, "10", "netip")
-	for _, tc := range []struct {
-		pod         string
-		annotations map[string]string
-		invalid     string
-	}{
-		{"bad-primary", map[string]string{annotationIP: "192.0.2.300"}, "192.0.2.300"},
-		{"bad-additional", map[string]string{annotationAdditionalIPs: "192.0.2.61,192.0.2.62/24"}, "192.0.2.62/24"},
-	} {
-		id := runPod(t, ctx, h, annotatedPodConfig(h, tc.pod, tc.annotations))
-		err := podStatusError(t, ctx, h, id)
-		wantErrorNaming(t, err, plugin.nriName(), `"`+tc.invalid+`"`)
-		wantPodReady(t, ctx, h, id)
+	running := runPod(t, ctx, h, annotatedPodConfig(h, "running", map[string]string{annotationIP: "192.0.2.60"}))
+	cniIP := cniIPOf(t, h, running)
+	valid := []reportedIP{liveFrom(plugin, "192.0.2.60"), cniSourced(cniIP)}
+	status, network := verbosePodStatus(t, ctx, h, running)
+	wantIPs(t, running, status, network, valid...)
+
+	for i, tc := range invalidPodIPs {
+		name := fmt.Sprintf("invalid-%d", i)
+		annotations := map[string]string{annotationIP: tc.value}
+		if !tc.primary {
+			annotations = map[string]string{annotationAdditionalIPs: "192.0.2.61," + tc.value}
+		}
+		_, err := h.Runtime.RunPodSandbox(ctx, &criruntime.RunPodSandboxRequest{Config: annotatedPodConfig(h, name, annotations)})
+		refused := wantRunRefused(t, ctx, h, err, name, 1, []*testPlugin{plugin},
+			invalidNetworkError(plugin, name)+fmt.Sprintf("invalid IP %q: %s", tc.value, tc.why))
+		wantCNIReleased(t, h, refused)
 	}
+
+	for _, tc := range invalidPodIPs {
+		behaviour := behaveReport(tc.value)
+		if !tc.primary {
+			behaviour = behaveReport("192.0.2.60", tc.value)
+		}
+		plugin.behave(t, "running", behaviour)
+		wantErrorNaming(t, podStatusError(t, ctx, h, running),
+			invalidNetworkError(plugin, "running")+fmt.Sprintf("invalid IP %q: %s", tc.value, tc.why), running)
+		wantPodReady(t, ctx, h, running)
+	}
+	plugin.behave(t, "running", "")
+	status, network = verbosePodStatus(t, ctx, h, running)
+	wantIPs(t, running, status, network, valid...)
+
+	plugin.behave(t, "running", behaveReport("192.0.2.60", "127.0.0.1"))
+	podStatusError(t, ctx, h, running)
+	plugin.kill(t)
+	waitLogLine(t, h, `connection to plugin \"`+plugin.nriName()+`\" closed`)
+	status, network = verbosePodStatus(t, ctx, h, running)
+	wantIPs(t, running, status, network, lastKnownFrom(plugin, "192.0.2.60"), cniSourced(cniIP))
 }
 
 // Test 7: when the plugin dies, its last known IPs are still reported; when it is back, they
-// are live again. The same holds for a plugin that fails a request or exits in the middle of
-// one, while a plugin that answers with no IP no longer owns the IP it reported before.
+// are live again. A plugin that owned the pod's primary IP and now answers with no IP would
+// change the primary IP of the running pod: that fails the status, naming the pod and both IPs
+// with their sources, the pod stays READY, and the answer is not remembered. A plugin that
+// fails a request, or exits in the middle of one, gives no answer: its last known IPs stand in,
+// and a plugin that fails stays connected.
 func TestPodStatusPluginDiesAndComesBack(t *testing.T) {
 	t.Parallel()
 	h, ctx := startHarness(t, harness.Options{})
@@ -429,7 +511,16 @@ func TestPodStatusPluginDiesAndComesBack(t *testing.T) {
 		t.Errorf("restarted NRI plugin got %d requests for one status query, want 1", calls-before)
 	}
 
-	// A plugin that fails the request gives no answer either, but stays connected.
+	// A plugin that answers with no IP gives up the primary IP it reported: the running pod's
+	// primary IP would become its CNI IP.
+	plugin.behave(t, "plugin-dies", behaveEmpty)
+	wantErrorNaming(t, podStatusError(t, ctx, h, id), fmt.Sprintf("pod sandbox %q (%s/plugin-dies)", id, harness.PodNamespace),
+		"the primary IP 192.0.2.70 (nri:"+plugin.nriName()+")", "would now make it "+cniIP+" (cni)",
+		"the primary IP of a running pod never changes")
+	wantPodReady(t, ctx, h, id)
+
+	// A plugin that fails the request gives no answer, but stays connected; its last known
+	// answer, not the refused empty one, stands in.
 	plugin.behave(t, "plugin-dies", behaveError)
 	status, network = verbosePodStatus(t, ctx, h, id)
 	wantIPs(t, id, status, network, lastKnownFrom(plugin, "192.0.2.70"), cniSourced(cniIP))
@@ -439,11 +530,6 @@ func TestPodStatusPluginDiesAndComesBack(t *testing.T) {
 	if exited, err := plugin.process.Exited(); exited {
 		t.Fatalf("NRI plugin %s exited (%v) after failing a request", plugin.nriName(), err)
 	}
-
-	// A plugin that answers with no IP has answered: nothing stands in for it.
-	plugin.behave(t, "plugin-dies", behaveEmpty)
-	status, network = verbosePodStatus(t, ctx, h, id)
-	wantIPs(t, id, status, network, cniSourced(cniIP))
 	plugin.behave(t, "plugin-dies", "")
 	status, network = verbosePodStatus(t, ctx, h, id)
 	wantIPs(t, id, status, network, liveFrom(plugin, "192.0.2.70"), cniSourced(cniIP))
@@ -803,78 +889,6 @@ func TestPodStatusKubeletPicksThePrimaryNetwork(t *testing.T) {
 		if got := kubeletPodIPs(statusIPs(status), node.ipv6); !slices.Equal(got, node.want) {
 			t.Errorf("pod %s reports %v: on a node of IPv6 %v the kubelet picks %v, want CNI's %v", id, statusIPs(status), node.ipv6, got, node.want)
 		}
-	}
-}
-
-// C2, C5: a READY pod with no IP anywhere (its only NRI plugin answered that it owns none) gets
-// upstream's response, byte for byte: while the plugin answers live, once it is gone and its
-// last known (empty) answer stands in, and with NRI disabled. So does its verbose response,
-// except that knext adds the podNetwork entry, with no IP, where NRI plugins have a say in the
-// pod's IPs, and only there.
-func TestPodStatusWithoutIPIsUpstreams(t *testing.T) {
-	t.Parallel()
-	upstream := upstreamContainerd(t)
-	// The test plugin is the network: NetworkReady follows any plugin.
-	n := startCNILessNodeFollowing(t, "", func(*harness.Harness) []string { return nil })
-	h, ctx := n.h, n.ctx
-	plugin := startTestPlugin(t, ctx, h, "10", "net")
-	id := runPod(t, ctx, h, annotatedPodConfig(h, "no-ip", map[string]string{annotationIP: "192.0.2.170"}))
-	plugin.behave(t, "no-ip", behaveEmpty)
-
-	type answer struct {
-		by             string
-		nriHasSay      bool
-		plain, verbose *criruntime.PodSandboxStatusResponse
-	}
-	var answers []answer
-	ask := func(by string, nriHasSay bool) {
-		plain, verbose := statusResponses(t, ctx, h, id)
-		answers = append(answers, answer{by, nriHasSay, plain, verbose})
-	}
-	ask("knext, the plugin answering that it owns no IP", true)
-	if err := plugin.process.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	waitLogLine(t, h, `connection to plugin \"`+plugin.nriName()+`\" closed`)
-	ask("knext, the plugin gone and its last known answer standing in", true)
-	if err := h.Reconfigure(cniDisabled+"[plugins.'io.containerd.nri.v1.nri']\ndisable = true\n", true); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Restart(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ask("knext with NRI disabled", false)
-	if err := h.RestartBinary(ctx, upstream); err != nil {
-		t.Fatal(err)
-	}
-	wantUpstream(t, ctx, h, true)
-	upstreamPlain, upstreamVerbose := statusResponses(t, ctx, h, id)
-	if s := upstreamPlain.Status; s.GetState() != criruntime.PodSandboxState_SANDBOX_READY || len(statusIPs(s)) != 0 || len(upstreamVerbose.Info) == 0 {
-		t.Fatalf("upstream reports pod %s %s with IPs %v and verbose info %v, want READY without IP: the comparison proves nothing",
-			id, s.GetState(), statusIPs(s), upstreamVerbose.Info)
-	}
-	// knext removes the pod: upstream would run CNI DEL for it.
-	if err := h.Reconfigure(cniDisabled, true); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Restart(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	for _, a := range answers {
-		wantSameBytes(t, "status of pod "+id+" by "+a.by, a.plain, upstreamPlain)
-		if !a.nriHasSay {
-			wantNoPodNetworkInfo(t, id, a.verbose.Info)
-			wantSameBytes(t, "verbose status of pod "+id+" by "+a.by, a.verbose, upstreamVerbose)
-			continue
-		}
-		network := parsePodNetworkInfo(t, id, a.verbose.Info)
-		if len(network.IPs) != 0 || len(network.NRINoAnswer) != 0 {
-			t.Errorf("pod %s by %s shows %+v, want no IP and every plugin answered", id, a.by, network)
-		}
-		withoutPodNetwork := proto.Clone(a.verbose).(*criruntime.PodSandboxStatusResponse)
-		delete(withoutPodNetwork.Info, podNetworkInfoKey)
-		wantSameBytes(t, "verbose status of pod "+id+" by "+a.by+", its podNetwork entry left out", withoutPodNetwork, upstreamVerbose)
 	}
 }
 

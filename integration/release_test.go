@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	nribridge "github.com/knext-dev/knext/contrib/nri-bridge"
+	"github.com/knext-dev/knext/internal/harness"
 	"github.com/knext-dev/knext/internal/harness/testimages"
 )
 
@@ -129,6 +131,7 @@ func TestReleaseTarballRunsTheDemo(t *testing.T) {
 	}
 	wantBridgeUnitOrdering(t, unitDirectives(string(bridgeUnit)))
 
+	wantNRISocketRootOnly(t, root, unitDirectives(string(unit)))
 	wantConfigAccepted(t, filepath.Join(root, "bin", "containerd"), filepath.Join(root, "share/knext/config.toml"))
 	wantConfigVersion(t, filepath.Join(root, "bin", "containerd"), filepath.Join(root, "share/knext/config.toml"))
 
@@ -257,5 +260,108 @@ func wantConfigVersion(t *testing.T, containerd, config string) {
 	}
 	if want.Version == 0 || got.Version != want.Version {
 		t.Errorf("%s has version = %d; the release's containerd writes version = %d", filepath.Base(config), got.Version, want.Version)
+	}
+}
+
+// wantNRISocketRootOnly starts the release's containerd with its example configuration, every
+// path in it moved under root, with the umask its unit gives it, and checks that the NRI socket
+// and its directory are writable by root only and that another user cannot connect: whoever
+// connects to the socket can run programs as root on the node and claim pods' IPs.
+func wantNRISocketRootOnly(t *testing.T, root string, unit map[string]map[string][]string) {
+	t.Helper()
+	umask := unit["Service"]["UMask"]
+	if len(umask) != 1 {
+		t.Fatalf("containerd.service: UMask= is %v, want the one the NRI socket's mode depends on", umask)
+	}
+	data, err := os.ReadFile(filepath.Join(root, "share/knext/config.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var config map[string]any
+	if err := toml.Unmarshal(data, &config); err != nil {
+		t.Fatalf("config.toml: %v", err)
+	}
+	// As on a node, the socket's directory does not exist before containerd starts (/run is a
+	// fresh tmpfs at boot), and the directories above it are open to everyone.
+	run := filepath.Join(root, "run")
+	for _, dir := range []string{root, run} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	config["root"], config["state"] = filepath.Join(root, "var-lib"), filepath.Join(run, "containerd")
+	plugins := config["plugins"].(map[string]any)
+	table := func(name string) map[string]any {
+		if plugins[name] == nil {
+			plugins[name] = map[string]any{}
+		}
+		return plugins[name].(map[string]any)
+	}
+	nri := table("io.containerd.nri.v1.nri")
+	if nri["socket_path"] != "/var/run/nri/nri.sock" {
+		t.Fatalf("config.toml: NRI's socket_path is %v, not the /var/run/nri/nri.sock of nri-bridge's manifests", nri["socket_path"])
+	}
+	nriSocket := filepath.Join(run, "nri", "nri.sock")
+	nri["socket_path"], nri["plugin_path"], nri["plugin_config_path"] = nriSocket, filepath.Join(root, "nri-plugins"), filepath.Join(root, "nri-conf.d")
+	grpcSocket := filepath.Join(run, "containerd", "containerd.sock")
+	table("io.containerd.server.v1.grpc")["address"] = grpcSocket
+	table("io.containerd.server.v1.ttrpc")["address"] = grpcSocket + ".ttrpc"
+	table("io.containerd.internal.v1.opt")["path"] = filepath.Join(root, "opt")
+	cni := table("io.containerd.cri.v1.runtime")["cni"].(map[string]any)
+	cni["conf_dir"], cni["bin_dirs"] = filepath.Join(root, "etc-cni"), []string{filepath.Join(root, "cni-bin")}
+	data, err = toml.Marshal(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	configPath := filepath.Join(root, "config-under-root.toml")
+	if err := os.WriteFile(configPath, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(root, "containerd.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	cmd := exec.Command("/bin/sh", "-c", `umask "$0" && exec "$@"`, umask[0], filepath.Join(root, "bin", "containerd"), "--config", configPath)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck // Wait says how it ended
+		cmd.Wait()                          //nolint:errcheck // terminated
+	}()
+	if err := harness.Poll(context.Background(), time.Minute, 100*time.Millisecond, func() error {
+		_, err := os.Stat(nriSocket)
+		return err
+	}); err != nil {
+		t.Fatalf("the release's containerd made no NRI socket: %v\n%s", err, harness.Tail(logPath, 30, nil))
+	}
+	for _, path := range []string{filepath.Dir(nriSocket), nriSocket} {
+		wantWritableByRootOnly(t, path)
+	}
+	// Any other user, here nobody, is refused.
+	ctr := exec.Command(filepath.Join(root, "bin", "ctr"), "--address", nriSocket, "--timeout", "10s", "version")
+	ctr.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if out, err := ctr.CombinedOutput(); err == nil || !strings.Contains(string(out), "permission denied") {
+		t.Errorf("user nobody connecting to the NRI socket %s: %v, %s; want permission denied", nriSocket, err, out)
+	}
+}
+
+// wantWritableByRootOnly checks that path belongs to root and that neither its group nor others
+// may write it.
+func wantWritableByRootOnly(t *testing.T, path string) {
+	t.Helper()
+	info, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stat := info.Sys().(*syscall.Stat_t)
+	if stat.Uid != 0 || info.Mode().Perm()&0o022 != 0 {
+		t.Errorf("%s: owner %d, mode %s; want root's and writable by root only", path, stat.Uid, info.Mode())
 	}
 }

@@ -68,7 +68,13 @@ func (r *runReporter) wantEventsWithIPs(t *testing.T, id string, from int, ips [
 			t.Errorf("plugin %s got no %s for pod %s since event %d: %+v", r.nriName(), want, id, from, got)
 			continue
 		}
-		if !slices.Equal(got[i].IPs, ips) {
+		gotIPs, wantIPs := got[i].IPs, ips
+		if want == "RunPodSandbox" {
+			// The IPs reported so far, in the order they were: the pod's primary is decided once
+			// every plugin has answered.
+			gotIPs, wantIPs = slices.Sorted(slices.Values(gotIPs)), slices.Sorted(slices.Values(wantIPs))
+		}
+		if !slices.Equal(gotIPs, wantIPs) {
 			t.Errorf("plugin %s: %s of pod %s shows IPs %v, want %v", r.nriName(), want, id, got[i].IPs, ips)
 		}
 	}
@@ -229,7 +235,7 @@ func TestRunPodSandboxAnswersConflict(t *testing.T) {
 	if err == nil {
 		t.Fatal("RunPodSandbox succeeded with two plugins reporting different primary IPs")
 	}
-	wantErrorNaming(t, err, "plugin 10-first reports 10.99.0.7, plugin 20-second reports 10.99.0.8")
+	wantErrorNaming(t, err, "NRI plugins 10-first and 20-second both report the primary IP of the pod: 10.99.0.7 and 10.99.0.8")
 	pods, err := h.Runtime.ListPodSandbox(ctx, &criruntime.ListPodSandboxRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -255,8 +261,8 @@ func TestRunPodSandboxAnswersConflict(t *testing.T) {
 	}))
 }
 
-// A plugin reporting at RunPodSandbox and one answering status queries merge as two status
-// plugins do: the owner of the primary IP first.
+// The IPs a plugin reports at RunPodSandbox are the pod's own, as CNI's are: a plugin answering
+// status queries adds IPs behind them, and cannot change the primary.
 func TestRunPodSandboxAnswerAndStatusAnswerMerge(t *testing.T) {
 	t.Parallel()
 	h, ctx := startHarness(t, harness.Options{})
@@ -271,30 +277,23 @@ func TestRunPodSandboxAnswerAndStatusAnswerMerge(t *testing.T) {
 	wantIPs(t, id, st, network,
 		reportedIP{IP: "10.99.0.7", Source: "nri:" + reporter.nriName(), NRI: nriAtRunPodSandbox},
 		reportedIP{IP: "fd99::7", Source: "nri:" + reporter.nriName(), NRI: nriAtRunPodSandbox},
-		liveFrom(status, "10.77.0.2"), cniSourced(cniIP))
+		cniSourced(cniIP), liveFrom(status, "10.77.0.2"))
 
-	// A status answer whose primary IP conflicts with the RunPodSandbox answer fails the query.
+	// A status answer that would change the running pod's primary IP fails the query.
 	status.behave(t, "", behaveReport("10.77.0.1"))
-	wantErrorNaming(t, podStatusError(t, ctx, h, id), "plugin 10-status reports 10.77.0.1, plugin 20-reporter reports 10.99.0.7")
+	wantErrorNaming(t, podStatusError(t, ctx, h, id), harness.PodNamespace+"/merged",
+		"has the primary IP 10.99.0.7 (nri:20-reporter), and its IPs would now make it 10.77.0.1 (nri:10-status)")
 	status.behave(t, "", "")
 
-	// In a new pod's first status query, the same conflict fails its RunPodSandbox, CNI or not:
-	// the RunPodSandbox answer stands for the pod's lifetime, so it would never go away.
-	_, err := h.Runtime.RunPodSandbox(ctx, &criruntime.RunPodSandboxRequest{Config: annotatedPodConfig(h, "in-conflict", map[string]string{
+	// Before the pod runs, a status answer's primary IP overrides the RunPodSandbox answer's, as
+	// it does CNI's.
+	second := runPod(t, ctx, h, annotatedPodConfig(h, "overridden", map[string]string{
 		runIPsAnnotation("reporter"):     "10.99.0.8",
 		pluginAnnotation("status", "ip"): "10.77.0.3",
-	})})
-	if err == nil {
-		t.Fatal("RunPodSandbox succeeded with a status answer in conflict with a RunPodSandbox answer")
-	}
-	wantErrorNaming(t, err, "a live answer conflicts with the one NRI plugin 20-reporter gave at RunPodSandbox", "plugin 10-status reports 10.77.0.3, plugin 20-reporter reports 10.99.0.8")
-	pods, err := h.Runtime.ListPodSandbox(ctx, &criruntime.ListPodSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(pods.Items) != 1 || pods.Items[0].Id != id {
-		t.Errorf("pods after the failed RunPodSandbox: %v, want %s alone", pods.Items, id)
-	}
+	}))
+	st, network = verbosePodStatus(t, ctx, h, second)
+	wantIPs(t, second, st, network, liveFrom(status, "10.77.0.3"),
+		reportedIP{IP: "10.99.0.8", Source: "nri:" + reporter.nriName(), NRI: nriAtRunPodSandbox}, cniSourced(cniIPOf(t, h, second)))
 }
 
 // One IP, one pod: a plugin reporting at RunPodSandbox, for a new pod, the IP a running pod holds
@@ -310,8 +309,8 @@ func TestRunPodSandboxAnswerWithAnotherPodsIP(t *testing.T) {
 	if err == nil {
 		t.Fatal("RunPodSandbox of a second pod with the first one's IP succeeded")
 	}
-	wantErrorNaming(t, err, "NRI plugin 10-reporter reports IP 10.99.0.7 for pod sandbox", harness.PodNamespace+"/second",
-		`pod sandbox "`+first+`" (`+harness.PodNamespace+"/first) holds it")
+	wantErrorNaming(t, err, "nri:10-reporter reports IP 10.99.0.7", harness.PodNamespace+"/second",
+		`pod sandbox "`+first+`" (`+harness.PodNamespace+"/first) holds")
 	pods, err := h.Runtime.ListPodSandbox(ctx, &criruntime.ListPodSandboxRequest{})
 	if err != nil {
 		t.Fatal(err)

@@ -128,6 +128,7 @@ type testPlugin struct {
 	name    string // as the plugin calls itself
 	idx     string
 	dir     string // control files and request log
+	policy  string // the failure policy it declares, "" for none
 	process *harness.Process
 }
 
@@ -137,7 +138,14 @@ func (p *testPlugin) nriName() string { return p.idx + "-" + p.name }
 // startTestPlugin starts a test plugin and waits until NRI has synchronized it.
 func startTestPlugin(t *testing.T, ctx context.Context, h *harness.Harness, idx, name string) *testPlugin {
 	t.Helper()
-	p := &testPlugin{h: h, name: name, idx: idx, dir: filepath.Join(h.Root, "plugin-"+idx+"-"+name)}
+	return startTestPluginWithPolicy(t, ctx, h, idx, name, "")
+}
+
+// startTestPluginWithPolicy starts a test plugin that declares the given failure policy
+// (testplugin's -failure-policy) and waits until NRI has synchronized it.
+func startTestPluginWithPolicy(t *testing.T, ctx context.Context, h *harness.Harness, idx, name, policy string) *testPlugin {
+	t.Helper()
+	p := &testPlugin{h: h, name: name, idx: idx, policy: policy, dir: filepath.Join(h.Root, "plugin-"+idx+"-"+name)}
 	if err := os.MkdirAll(p.dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +156,7 @@ func startTestPlugin(t *testing.T, ctx context.Context, h *harness.Harness, idx,
 // start runs the plugin's process (again) and waits until NRI has synchronized it.
 func (p *testPlugin) start(t *testing.T, ctx context.Context) {
 	t.Helper()
-	p.process = startSynchronizedPlugin(t, ctx, p.h, p.idx, p.name, testPluginPath(t), "-dir", p.dir)
+	p.process = startSynchronizedPlugin(t, ctx, p.h, p.idx, p.name, testPluginPath(t), "-dir", p.dir, "-failure-policy", p.policy)
 }
 
 // startSynchronizedPlugin runs the plugin binary as NRI plugin idx-name on h's NRI socket, with

@@ -4,7 +4,10 @@
 #   build    `go build ./...` of the module (containerd: against the fully patched NRI tree, as
 #            NRI's pull requests merge first)
 #   windows  containerd only: `GOOS=windows go build ./cmd/... ./internal/cri/...`
-#   test     `go test` of every package directory holding a .go file the patch changes
+#   test     `go test` of every package directory holding a .go file the patch changes; containerd's
+#            ./integration (its CRI integration suite) is only compiled (`go test -c`): its TestMain
+#            connects to a running containerd and its restart tests kill every process named
+#            containerd; the suite cri-integration runs it, in namespaces of its own
 # NRI steps whose .proto files differ from upstream regenerate the protobuf code first, exactly as
 # make src does (postpatch-nri.sh).
 #
@@ -129,7 +132,13 @@ check_tree() {
 	if [ "$name" = containerd ]; then
 		run_phase "$log" windows-build env GOOS=windows go build ./cmd/... ./internal/cri/... || return 1
 	fi
-	[ $# -eq 0 ] || run_phase "$log" test go test "$@"
+	local pkg
+	local -a run=() compile=()
+	for pkg in "$@"; do
+		if [ "$name" = containerd ] && [ "$pkg" = ./integration ]; then compile+=("$pkg"); else run+=("$pkg"); fi
+	done
+	[ ${#compile[@]} -eq 0 ] || run_phase "$log" test go test -c -o /dev/null "${compile[@]}" || return 1
+	[ ${#run[@]} -eq 0 ] || run_phase "$log" test go test "${run[@]}"
 }
 
 # verify_step MODULE TREE INDEX COMMIT PATCHNAME KEY: check one step and print its result.

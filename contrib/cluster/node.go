@@ -54,6 +54,11 @@ func (n *NodeState) ContainerdSocket() string {
 	return filepath.Join(n.runDir(), "containerd", "containerd.sock")
 }
 
+// NRISocket is the node's NRI socket (/var/run/nri/nri.sock inside the node) as the host sees it.
+func (n *NodeState) NRISocket() string {
+	return filepath.Join(n.runDir(), "nri", "nri.sock")
+}
+
 // mountNamespaceScript runs in the node's new mount namespace (every mount in it private, so
 // nothing reaches the host): $1 is the cluster directory, $2 the node's. It binds the node's own
 // directories over /run, /var/lib and /var/log, overlays the node's /etc on the host's, covers
@@ -416,10 +421,27 @@ func (c *Cluster) importImages(ctx context.Context, n *NodeState) error {
 		if resp, err := images.ImageStatus(ctx, &criruntime.ImageStatusRequest{Image: &criruntime.ImageSpec{Image: name}}); err == nil && resp.GetImage() != nil {
 			continue
 		}
-		if _, err := runInput(ctx, nil, c.Binaries.Ctr, "--address", n.ContainerdSocket(), "--namespace", harness.Namespace,
-			"images", "import", archive); err != nil {
-			return fmt.Errorf("import %s: %w", archive, err)
+		if err := c.importImage(ctx, n, archive); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// ImportImage imports an image archive into the node's containerd, as `ctr -n k8s.io images
+// import` does on a real node: the images of a new version of an add-on, for example.
+func (c *Cluster) ImportImage(ctx context.Context, node, archive string) error {
+	n := c.Node(node)
+	if n == nil {
+		return fmt.Errorf("no node %s", node)
+	}
+	return c.importImage(ctx, n, archive)
+}
+
+func (c *Cluster) importImage(ctx context.Context, n *NodeState, archive string) error {
+	if _, err := runInput(ctx, nil, c.Binaries.Ctr, "--address", n.ContainerdSocket(), "--namespace", harness.Namespace,
+		"images", "import", archive); err != nil {
+		return fmt.Errorf("node %s: import %s: %w", n.Name, archive, err)
 	}
 	return nil
 }

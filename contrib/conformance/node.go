@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -27,24 +26,29 @@ const (
 	// nodeCommandName runs one configuration; run starts it in fresh namespaces.
 	nodeCommandName = "node"
 	reportFile      = "report.json"
+	// rerunsDir holds, in a configuration's result directory, the reruns of the specs that
+	// differed: report-<i>.json and critest-<i>.log for rerun i.
+	rerunsDir = "reruns"
 
 	// digestSpec is skipped: its image reference pins the digest of the upstream manifest, which
 	// no rebuilt image can have.
 	digestSpec = "public image with digest should be pulled and removed"
 	// critestTimeout bounds one critest run (it takes about 2.5 minutes).
 	critestTimeout = 30 * time.Minute
-	// flakeAttempts is how many times critest runs a spec that fails: containerd itself has
-	// races that fail a spec now and then (2.4.2's "failed to set removing state for container"
-	// when RemoveContainer overlaps the exit of a stopped one), in upstream as in knext. A spec
-	// that passes only on a retry counts as passed and is listed as such.
-	flakeAttempts = 2
 )
+
+// rerunReport is where rerun i (from 1) of a configuration's differing specs leaves its report.
+func rerunReport(configDir string, i int) string {
+	return filepath.Join(configDir, rerunsDir, fmt.Sprintf("report-%d.json", i))
+}
 
 func nodeCommand(args []string) error {
 	fs := flag.NewFlagSet(nodeCommandName, flag.ExitOnError)
 	var p options
 	p.register(fs)
 	name := fs.String("config", "", "configuration to run")
+	reruns := fs.Int("reruns", 0, "run critest this many times, the reruns of the specs -focus selects, into <out>/<config>/"+rerunsDir+
+		" (0: the first run, into <out>/<config>)")
 	fs.Parse(args)
 	c, err := configurationNamed(*name)
 	if err != nil {
@@ -55,12 +59,17 @@ func nodeCommand(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	return runConfiguration(ctx, c, p, filepath.Join(p.out, c.name))
+	return runConfiguration(ctx, c, p, *reruns)
 }
 
 // runConfiguration starts the registry and containerd of configuration c in the current (fresh)
-// network namespace, runs critest against them and leaves its report and the logs in dir.
-func runConfiguration(ctx context.Context, c configuration, p options, dir string) (err error) {
+// network namespace, runs critest against them, once or, with reruns, that many times, and leaves
+// its reports and the logs in the configuration's result directory (the reruns' in rerunsDir).
+func runConfiguration(ctx context.Context, c configuration, p options, reruns int) (err error) {
+	dir := filepath.Join(p.out, c.name)
+	if reruns > 0 {
+		dir = filepath.Join(dir, rerunsDir)
+	}
 	log.Printf("%s: %s", c.name, c.title)
 	lo, err := netlink.LinkByName("lo")
 	if err != nil {
@@ -120,7 +129,16 @@ func runConfiguration(ctx context.Context, c configuration, p options, dir strin
 			return err
 		}
 	}
-	return runCritest(ctx, h, p.critest, p.focus, dir)
+	if reruns == 0 {
+		return runCritest(ctx, h, p.critest, p.focus, filepath.Join(dir, "critest.log"), filepath.Join(dir, reportFile))
+	}
+	for i := 1; i <= reruns; i++ {
+		report := rerunReport(filepath.Dir(dir), i)
+		if err := runCritest(ctx, h, p.critest, p.focus, filepath.Join(dir, fmt.Sprintf("critest-%d.log", i)), report); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // serveImages serves the image archive over TLS on a free port of 127.0.0.1 and makes certsDir a
@@ -145,10 +163,11 @@ func serveImages(archive, logPath, certsDir string) (addr string, stop func(), e
 	return srv.Addr, stop, nil
 }
 
-// runCritest runs critest against the harness, with its NRI specs on the harness's NRI socket.
-// A critest that fails specs exits non-zero: only a missing report is an error here.
-func runCritest(ctx context.Context, h *harness.Harness, critest, focus, dir string) error {
-	logFile, err := os.Create(filepath.Join(dir, "critest.log"))
+// runCritest runs critest against the harness, with its NRI specs on the harness's NRI socket,
+// its output into logPath and its JSON report into report. A critest that fails specs exits
+// non-zero: only a missing report is an error here.
+func runCritest(ctx context.Context, h *harness.Harness, critest, focus, logPath, report string) error {
+	logFile, err := os.Create(logPath)
 	if err != nil {
 		return err
 	}
@@ -160,9 +179,8 @@ func runCritest(ctx context.Context, h *harness.Harness, critest, focus, dir str
 		"-nri-socket", h.NRISocket,
 		"-ginkgo.skip", digestSpec,
 		"-ginkgo.timeout", critestTimeout.String(),
-		"-ginkgo.flake-attempts", strconv.Itoa(flakeAttempts),
 		"-ginkgo.no-color",
-		"-ginkgo.json-report", filepath.Join(dir, reportFile),
+		"-ginkgo.json-report", report,
 	}
 	if focus != "" {
 		args = append(args, "-ginkgo.focus", focus)
@@ -173,11 +191,11 @@ func runCritest(ctx context.Context, h *harness.Harness, critest, focus, dir str
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	cmd.WaitDelay = time.Minute
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Dir = dir
+	cmd.Dir = filepath.Dir(report)
 	start := time.Now()
 	runErr := cmd.Run()
 	log.Printf("critest finished in %s: %v", time.Since(start).Round(time.Second), runErr)
-	if _, err := os.Stat(filepath.Join(dir, reportFile)); err != nil {
+	if _, err := os.Stat(report); err != nil {
 		return fmt.Errorf("critest wrote no report (%v): see %s", runErr, logFile.Name())
 	}
 	return ctx.Err()

@@ -5,25 +5,55 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/knext-dev/knext/contrib/ci/compare"
 )
 
 // outcome is one spec's result in one configuration.
 type outcome struct {
-	state    string // passed, failed or skipped
-	message  string // first line of the failure or skip message
-	attempts int    // runs of the spec: more than one when it failed and was retried
+	state   string // passed, failed or skipped
+	message string // first line of the failure or skip message
 }
 
-// result is one configuration's run.
+// result is one configuration's run: the first run of every spec, then the reruns of the specs
+// that differed from the first configuration.
 type result struct {
 	config   configuration
-	specs    map[string]outcome // by full spec text
-	err      error              // the configuration could not run (no report)
+	specs    map[string]outcome   // by full spec text
+	reruns   []map[string]outcome // each rerun's specs (those not rerun are there as skipped)
+	err      error                // the configuration could not run, or a rerun could not
 	duration time.Duration
+}
+
+// readReruns reads the reports of reruns 1..n from the configuration's result directory.
+func (r *result) readReruns(dir string, n int) {
+	for run := 1; run <= n; run++ {
+		specs, err := readReport(rerunReport(dir, run))
+		r.err = errors.Join(r.err, err)
+		r.reruns = append(r.reruns, specs)
+	}
+}
+
+// runs is r's runs as package compare reads them.
+func (r *result) runs() []compare.Run {
+	runs := []compare.Run{outcomes(r.specs)}
+	for _, specs := range r.reruns {
+		runs = append(runs, outcomes(specs))
+	}
+	return runs
+}
+
+func outcomes(specs map[string]outcome) compare.Run {
+	run := compare.Run{}
+	for name, o := range specs {
+		run[name] = map[string]compare.Outcome{"passed": compare.Pass, "failed": compare.Fail, "skipped": compare.Skip}[o.state]
+	}
+	return run
 }
 
 func (r *result) count(state string) int {
@@ -50,7 +80,6 @@ type ginkgoReport struct {
 		LeafNodeText            string
 		LeafNodeType            string
 		State                   string
-		NumAttempts             int
 		Failure                 *struct{ Message string }
 	}
 }
@@ -79,7 +108,7 @@ func readReport(path string) (map[string]outcome, error) {
 				}
 				name = strings.TrimSpace("[" + s.LeafNodeType + "] " + name)
 			}
-			o := outcome{state: "failed", attempts: s.NumAttempts}
+			o := outcome{state: "failed"}
 			switch s.State {
 			case "passed":
 				o.state = "passed"
@@ -90,7 +119,7 @@ func readReport(path string) (map[string]outcome, error) {
 				o.message = summarize(s.Failure.Message)
 			}
 			if o.state == "skipped" && o.message == "" {
-				o.message = "not selected (-ginkgo.skip or -ginkgo.focus)"
+				o.message = notSelected
 			}
 			specs[name] = o
 		}
@@ -100,6 +129,9 @@ func readReport(path string) (map[string]outcome, error) {
 	}
 	return specs, nil
 }
+
+// notSelected is the message of a spec skipped because -ginkgo.skip or -ginkgo.focus left it out.
+const notSelected = "not selected (-ginkgo.skip or -ginkgo.focus)"
 
 // discrepancyPrefix starts critest's skip message for the races it probes in the runtime and
 // skips when the runtime loses them (v1.37.0: containerd losing containers created around a late
@@ -125,56 +157,87 @@ func summarize(message string) string {
 	return strings.Join(lines, " ")
 }
 
-// comparison holds the results of all configurations and the specs whose outcome differs.
+// comparison holds the results of all configurations, each judged against the first one's
+// (package compare: a spec that differs is rerun in every configuration before it is judged).
 type comparison struct {
-	results   []*result
-	differing []string // spec names, sorted
-	// timingDependent specs passed in some configurations and hit a spec discrepancy in the others.
-	timingDependent []string
-	failed          []string // failed in every configuration that ran, sorted
-	// retried lists the specs that passed only on a retry, with their configuration, sorted.
-	retried []string
-	skipped []string // skipped in every configuration that ran, sorted
+	results []*result
+	// judged holds, for each configuration after the first that ran, the result of every spec.
+	judged  map[string][]compare.Result
+	failed  []string // failed in every configuration's first run, sorted
+	skipped []string // skipped in every configuration's first run, sorted
 }
 
-func compare(results []*result) comparison {
-	c := comparison{results: results}
+func compareResults(results []*result) comparison {
+	c := comparison{results: results, judged: map[string][]compare.Result{}}
+	for _, r := range results[1:] {
+		if r.err == nil && results[0].err == nil {
+			c.judged[r.config.name] = compare.Comparison{Knext: r.runs(), Upstream: results[0].runs()}.Judge()
+		}
+	}
 	names := map[string]bool{}
 	for _, r := range results {
-		for name, o := range r.specs {
+		for name := range r.specs {
 			names[name] = true
-			if o.state == "passed" && o.attempts > 1 {
-				c.retried = append(c.retried, fmt.Sprintf("%s\n    %s: passed on attempt %d", name, r.config.name, o.attempts))
-			}
 		}
 	}
 	for name := range names {
 		states := map[string]bool{}
-		byChance := true
 		for _, r := range results {
 			if r.err == nil {
-				o := r.specs[name] // a spec a configuration lacks counts as state ""
-				states[o.state] = true
-				byChance = byChance && (o.state == "passed" || o.state == "skipped" && strings.HasPrefix(o.message, discrepancyPrefix))
+				states[r.specs[name].state] = true // a spec a configuration lacks counts as state ""
 			}
 		}
 		switch {
-		case len(states) > 1 && byChance:
-			c.timingDependent = append(c.timingDependent, name)
-		case len(states) > 1:
-			c.differing = append(c.differing, name)
-		case states["failed"]:
+		case len(states) == 1 && states["failed"]:
 			c.failed = append(c.failed, name)
-		case states["skipped"]:
+		case len(states) == 1 && states["skipped"]:
 			c.skipped = append(c.skipped, name)
 		}
 	}
-	slices.Sort(c.differing)
-	slices.Sort(c.timingDependent)
 	slices.Sort(c.failed)
 	slices.Sort(c.skipped)
-	slices.Sort(c.retried)
 	return c
+}
+
+// differing returns the specs whose first run differs between a configuration and the first one,
+// sorted: those to rerun.
+func (c comparison) differing() []string {
+	var names []string
+	for _, r := range c.results[1:] {
+		if r.err == nil && c.results[0].err == nil {
+			names = append(names, compare.Comparison{Knext: r.runs(), Upstream: c.results[0].runs()}.Differing()...)
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// verdicts returns the verdict of each configuration after the first on a spec that differs,
+// by configuration name; nil for a spec that differs nowhere.
+func (c comparison) verdicts(name string) map[string]compare.Result {
+	var verdicts map[string]compare.Result
+	for config, results := range c.judged {
+		i, found := slices.BinarySearchFunc(results, name, func(r compare.Result, name string) int { return strings.Compare(r.Name, name) })
+		if found && results[i].Verdict != compare.Same {
+			if verdicts == nil {
+				verdicts = map[string]compare.Result{}
+			}
+			verdicts[config] = results[i]
+		}
+	}
+	return verdicts
+}
+
+// selected returns the specs with the given verdict in some configuration, sorted.
+func (c comparison) selected(verdict compare.Verdict) []string {
+	var names []string
+	for _, results := range c.judged {
+		for _, r := range compare.Select(results, verdict) {
+			names = append(names, r.Name)
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
 }
 
 func (c comparison) print(w io.Writer) {
@@ -183,12 +246,15 @@ func (c comparison) print(w io.Writer) {
 		fmt.Fprintf(w, " %15s", r.config.name)
 	}
 	fmt.Fprintln(w)
-	for _, state := range []string{"passed", "failed", "skipped"} {
+	for _, state := range []string{"passed", "failed", "skipped", "flaky"} {
 		fmt.Fprintf(w, "%-10s", state)
-		for _, r := range c.results {
+		for i, r := range c.results {
 			cell := "-"
-			if r.err == nil {
+			switch {
+			case r.err == nil && state != "flaky":
 				cell = fmt.Sprint(r.count(state))
+			case i > 0 && c.judged[r.config.name] != nil:
+				cell = fmt.Sprint(len(compare.Select(c.judged[r.config.name], compare.Flaky)))
 			}
 			fmt.Fprintf(w, " %15s", cell)
 		}
@@ -208,21 +274,32 @@ func (c comparison) print(w io.Writer) {
 		}
 	}
 
-	if len(c.differing) == 0 {
+	if differing := c.differing(); len(differing) == 0 {
 		fmt.Fprintln(w, "\nNo spec differs between the configurations.")
 	} else {
-		fmt.Fprintf(w, "\n%d spec(s) differ between the configurations:\n", len(c.differing))
-		c.printOutcomes(w, c.differing)
+		fmt.Fprintf(w, "\n%d spec(s) differ from %s in the first run; with every run (the first, then the reruns), "+
+			"passes and verdict against %[2]s:\n", len(differing), c.results[0].config.name)
+		for _, name := range differing {
+			c.printRuns(w, name)
+		}
 	}
-	if len(c.timingDependent) > 0 {
-		fmt.Fprintf(w, "\n%d spec(s) passed or hit critest's %q by chance (a race critest probes; upstream may lose it, knext must not):\n",
-			len(c.timingDependent), discrepancyPrefix)
-		c.printOutcomes(w, c.timingDependent)
-	}
-	if len(c.retried) > 0 {
-		fmt.Fprintf(w, "\nPassed only on a retry (critest runs a failing spec up to %d times; counted as passed):\n", flakeAttempts)
-		for _, line := range c.retried {
-			fmt.Fprintf(w, "  %s\n", line)
+	for _, s := range []struct {
+		verdict compare.Verdict
+		title   string
+	}{
+		{compare.Fixed, "Fixed (better than %s in every run)"},
+		{compare.Flaky, "FLAKY (the difference from %s did not hold in every run; does not fail)"},
+		{compare.Regression, "REGRESSIONS (worse than %s in every run)"},
+	} {
+		if names := c.selected(s.verdict); len(names) > 0 {
+			fmt.Fprintf(w, "\n"+s.title+":\n", c.results[0].config.name)
+			for _, name := range names {
+				for _, config := range slices.Sorted(maps.Keys(c.verdicts(name))) {
+					if r := c.verdicts(name)[config]; r.Verdict == s.verdict {
+						fmt.Fprintf(w, "  %s\n    %s: %s\n", name, config, c.passes(config, r))
+					}
+				}
+			}
 		}
 	}
 	if len(c.failed) > 0 {
@@ -239,25 +316,51 @@ func (c comparison) print(w io.Writer) {
 	}
 }
 
-// printOutcomes prints each spec of names with its outcome in every configuration that ran.
-func (c comparison) printOutcomes(w io.Writer, names []string) {
-	for _, name := range names {
-		fmt.Fprintf(w, "  %s\n", name)
-		for _, r := range c.results {
-			if r.err != nil {
-				continue
-			}
-			o, ok := r.specs[name]
-			switch {
-			case !ok:
-				fmt.Fprintf(w, "    %-15s not in the report\n", r.config.name)
-			case o.message != "":
-				fmt.Fprintf(w, "    %-15s %s: %s\n", r.config.name, o.state, shorten(o.message))
-			default:
-				fmt.Fprintf(w, "    %-15s %s\n", r.config.name, o.state)
-			}
+// passes says how many runs passed in a configuration and in the first one: "knext-cni 3/4,
+// upstream-cni 4/4".
+func (c comparison) passes(config string, r compare.Result) string {
+	return fmt.Sprintf("%s %d/%d, %s %d/%d", config, compare.Passed(r.Knext), len(r.Knext),
+		c.results[0].config.name, compare.Passed(r.Upstream), len(r.Upstream))
+}
+
+// printRuns prints a spec that differs: in every configuration that ran, its first outcome with
+// the message, its outcome in every run, and the verdict against the first configuration.
+func (c comparison) printRuns(w io.Writer, name string) {
+	fmt.Fprintf(w, "  %s\n", name)
+	verdicts := c.verdicts(name)
+	for i, r := range c.results {
+		if r.err != nil {
+			continue
 		}
+		o, ok := r.specs[name]
+		first := o.state
+		switch {
+		case !ok:
+			first = "not in the report"
+		case o.message != "":
+			first += ": " + shorten(o.message)
+		}
+		var runs []string
+		for _, run := range r.runs() {
+			runs = append(runs, run[name].String())
+		}
+		verdict := ""
+		if v, differs := verdicts[r.config.name]; differs {
+			verdict = fmt.Sprintf(", %s", v.Verdict)
+		} else if i > 0 {
+			verdict = ", same"
+		}
+		fmt.Fprintf(w, "    %-15s %s\n    %-15s runs: %s (%d/%d passed%s)\n", r.config.name, first, "",
+			strings.Join(runs, "/"), compare.Passed(outcomesOf(r.runs(), name)), len(runs), verdict)
 	}
+}
+
+func outcomesOf(runs []compare.Run, name string) []compare.Outcome {
+	o := make([]compare.Outcome, len(runs))
+	for i, run := range runs {
+		o[i] = run[name]
+	}
+	return o
 }
 
 // shorten cuts a message to a readable length; the full text is in critest.log.
@@ -279,12 +382,21 @@ func (c comparison) message(name string) string {
 	return ""
 }
 
-// verdict is nil when every configuration ran, none failed a spec and none differs from another.
-// discrepancies returns the specs r skipped with critest's spec discrepancy, sorted.
-func (r *result) discrepancies() []string {
+// lostEveryTime returns the specs r skipped with critest's spec discrepancy in every run of
+// them, sorted.
+func (r *result) lostEveryTime() []string {
 	var names []string
 	for name, o := range r.specs {
-		if o.state == "skipped" && strings.HasPrefix(o.message, discrepancyPrefix) {
+		if !lost(o) {
+			continue
+		}
+		every := true
+		for _, specs := range r.reruns {
+			if rerun := specs[name]; rerun.message != notSelected {
+				every = every && lost(rerun)
+			}
+		}
+		if every {
 			names = append(names, name)
 		}
 	}
@@ -292,20 +404,29 @@ func (r *result) discrepancies() []string {
 	return names
 }
 
+func lost(o outcome) bool {
+	return o.state == "skipped" && strings.HasPrefix(o.message, discrepancyPrefix)
+}
+
+// verdict is nil when every configuration ran, none regressed against the first one, no spec
+// failed in every configuration, and no knext configuration lost critest's race in every run.
 func (c comparison) verdict() error {
 	var errs []error
 	for _, r := range c.results {
 		if r.err != nil {
 			errs = append(errs, fmt.Errorf("%s did not run", r.config.name))
-		} else if n := r.count("failed"); n > 0 {
-			errs = append(errs, fmt.Errorf("%s failed %d spec(s)", r.config.name, n))
 		}
-		if lost := r.discrepancies(); len(lost) > 0 && !r.config.upstream {
+		if lost := r.lostEveryTime(); len(lost) > 0 && !r.config.upstream {
 			errs = append(errs, fmt.Errorf("%s lost the race critest probes in %d spec(s): %s", r.config.name, len(lost), strings.Join(lost, "; ")))
 		}
 	}
-	if len(c.differing) > 0 {
-		errs = append(errs, fmt.Errorf("%d spec(s) differ between the configurations", len(c.differing)))
+	for _, r := range c.results[1:] {
+		if regressions := compare.Select(c.judged[r.config.name], compare.Regression); len(regressions) > 0 {
+			errs = append(errs, fmt.Errorf("%s regressed against %s in %d spec(s)", r.config.name, c.results[0].config.name, len(regressions)))
+		}
+	}
+	if len(c.failed) > 0 {
+		errs = append(errs, fmt.Errorf("%d spec(s) failed in every configuration", len(c.failed)))
 	}
 	return errors.Join(errs...)
 }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/knext-dev/knext/contrib/ci/compare"
 )
 
 // writeReport writes a Ginkgo JSON report with the given It nodes (name -> state and message)
@@ -82,113 +84,165 @@ func TestReadReportRejectsEmptyReports(t *testing.T) {
 	}
 }
 
+// specs makes a report's specs from their states; a spec that did not pass gets a message.
+func specs(config string, states map[string]string) map[string]outcome {
+	specs := map[string]outcome{}
+	for name, state := range states {
+		msg := ""
+		if state != "passed" {
+			msg = name + " " + state + " in " + config
+		}
+		specs[name] = outcome{state: state, message: msg}
+	}
+	return specs
+}
+
+// results makes the first runs of the configurations, in their order.
 func results(states ...map[string]string) []*result {
 	var rs []*result
 	for i, s := range states {
-		r := &result{config: configurations[i], specs: map[string]outcome{}}
-		for name, state := range s {
-			msg := ""
-			if state != "passed" {
-				msg = name + " " + state + " in " + r.config.name
-			}
-			r.specs[name] = outcome{state: state, message: msg}
-		}
-		rs = append(rs, r)
+		rs = append(rs, &result{config: configurations[i], specs: specs(configurations[i].name, s)})
 	}
 	return rs
 }
 
-func TestCompareNamesEveryDifferingSpec(t *testing.T) {
-	c := compare(results(
-		map[string]string{"hostport": "passed", "dns": "passed", "apparmor": "skipped", "userns": "failed"},
-		map[string]string{"hostport": "passed", "dns": "passed", "apparmor": "skipped", "userns": "failed"},
-		map[string]string{"hostport": "failed", "apparmor": "skipped", "userns": "failed"},
-	))
-	if got := strings.Join(c.differing, ","); got != "dns,hostport" {
-		t.Errorf("differing = %q, want dns (missing in one report) and hostport", got)
-	}
-	if strings.Join(c.failed, ",") != "userns" || strings.Join(c.skipped, ",") != "apparmor" {
-		t.Errorf("failed everywhere %v, skipped everywhere %v; want userns and apparmor", c.failed, c.skipped)
-	}
-	var out bytes.Buffer
-	c.print(&out)
-	for _, want := range []string{
-		"passed                   2               2               0",
-		"knext-cniless   failed: hostport failed in knext-cniless",
-		"knext-cniless   not in the report",
-		"Skipped in every configuration (1; why: docs/conformance.md):\n  apparmor\n    apparmor skipped in upstream-cni", //nolint:dupword // the spec, then where it was skipped
-	} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("printed comparison lacks %q:\n%s", want, out.String())
+// rerun adds a rerun to each configuration, in which the specs not given were not selected.
+func rerun(rs []*result, states ...map[string]string) {
+	for i, r := range rs {
+		rerun := specs(r.config.name, states[i])
+		for name := range r.specs {
+			if _, selected := rerun[name]; !selected {
+				rerun[name] = outcome{state: "skipped", message: notSelected}
+			}
 		}
-	}
-	err := c.verdict()
-	if err == nil || !strings.Contains(err.Error(), "knext-cniless failed 2 spec(s)") || !strings.Contains(err.Error(), "2 spec(s) differ") {
-		t.Errorf("verdict = %v, want the failures and the differences named", err)
+		r.reruns = append(r.reruns, rerun)
 	}
 }
 
-func TestVerdictPassesOnlyEqualCleanRuns(t *testing.T) {
+func printed(c comparison) string {
+	var out bytes.Buffer
+	c.print(&out)
+	return out.String()
+}
+
+func TestCompareJudgesEveryDifferenceAfterItsReruns(t *testing.T) {
+	rs := results(
+		map[string]string{"hostport": "passed", "dns": "passed", "apparmor": "skipped", "userns": "failed"},
+		map[string]string{"hostport": "passed", "dns": "passed", "apparmor": "skipped", "userns": "failed"},
+		map[string]string{"hostport": "failed", "apparmor": "skipped", "userns": "failed"},
+	)
+	if got := strings.Join(compareResults(rs).differing(), ","); got != "dns,hostport" {
+		t.Errorf("differing = %q, want dns (missing in one report) and hostport", got)
+	}
+	for range 3 {
+		rerun(rs, map[string]string{"hostport": "passed", "dns": "passed"}, map[string]string{"hostport": "passed", "dns": "passed"},
+			map[string]string{"hostport": "failed", "dns": "passed"})
+	}
+	c := compareResults(rs)
+	if strings.Join(c.failed, ",") != "userns" || strings.Join(c.skipped, ",") != "apparmor" {
+		t.Errorf("failed everywhere %v, skipped everywhere %v; want userns and apparmor", c.failed, c.skipped)
+	}
+	if got, want := strings.Join(c.selected(compare.Regression), ","), "hostport"; got != want {
+		t.Errorf("regressions %q, want %q", got, want)
+	}
+	if got, want := strings.Join(c.selected(compare.Flaky), ","), "dns"; got != want {
+		t.Errorf("flaky %q, want %q (missing in the first run, then passed)", got, want)
+	}
+	out := printed(c)
+	for _, want := range []string{
+		"passed                   2               2               0",
+		"flaky                    -               0               1",
+		"knext-cniless   failed: hostport failed in knext-cniless\n                    runs: fail/fail/fail/fail (0/4 passed, regression)",
+		"knext-cniless   not in the report\n                    runs: not run/pass/pass/pass (3/4 passed, flaky)",
+		"knext-cni       passed\n                    runs: pass/pass/pass/pass (4/4 passed, same)",
+		"REGRESSIONS (worse than upstream-cni in every run):\n  hostport\n    knext-cniless: knext-cniless 0/4, upstream-cni 4/4",
+		"FLAKY (the difference from upstream-cni did not hold in every run; does not fail):\n  dns\n    knext-cniless: knext-cniless 3/4, upstream-cni 4/4",
+		"Skipped in every configuration (1; why: docs/conformance.md):\n  apparmor\n    apparmor skipped in upstream-cni", //nolint:dupword // the spec, then where it was skipped
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("printed comparison lacks %q:\n%s", want, out)
+		}
+	}
+	err := c.verdict()
+	if err == nil || !strings.Contains(err.Error(), "knext-cniless regressed against upstream-cni in 1 spec(s)") ||
+		!strings.Contains(err.Error(), "1 spec(s) failed in every configuration") || strings.Contains(err.Error(), "knext-cni regressed") {
+		t.Errorf("verdict = %v, want the regression and the failure everywhere named", err)
+	}
+}
+
+func TestAFlakeDoesNotFailTheVerdict(t *testing.T) {
+	rs := results(map[string]string{"a": "passed", "b": "passed"}, map[string]string{"a": "failed", "b": "passed"},
+		map[string]string{"a": "passed", "b": "passed"})
+	if err := compareResults(rs).verdict(); err == nil {
+		t.Error("a spec failed on knext-cni and was not rerun: verdict nil, want a regression")
+	}
+	rerun(rs, map[string]string{"a": "passed"}, map[string]string{"a": "failed"}, map[string]string{"a": "passed"})
+	rerun(rs, map[string]string{"a": "passed"}, map[string]string{"a": "passed"}, map[string]string{"a": "passed"})
+	rerun(rs, map[string]string{"a": "passed"}, map[string]string{"a": "passed"}, map[string]string{"a": "passed"})
+	c := compareResults(rs)
+	if err := c.verdict(); err != nil {
+		t.Errorf("a spec that passed on knext-cni in two reruns of three: verdict %v, want nil", err)
+	}
+	if out := printed(c); !strings.Contains(out, "FLAKY (the difference from upstream-cni did not hold in every run; does not fail):\n  a\n    knext-cni: knext-cni 2/4, upstream-cni 4/4") ||
+		!strings.Contains(out, "flaky                    -               1               0") {
+		t.Errorf("printed comparison does not report the flake:\n%s", out)
+	}
+}
+
+func TestCriticalRacesAreJudgedOverEveryRun(t *testing.T) {
+	lostSync := outcome{state: "skipped", message: "spec discrepancy: containerd loses containers created while ..."}
+	t.Run("upstream loses it every time", func(t *testing.T) {
+		rs := results(map[string]string{"sync": "skipped"}, map[string]string{"sync": "passed"}, map[string]string{"sync": "passed"})
+		rs[0].specs["sync"] = lostSync
+		for range 3 {
+			rerun(rs, map[string]string{"sync": "skipped"}, map[string]string{"sync": "passed"}, map[string]string{"sync": "passed"})
+			rs[0].reruns[len(rs[0].reruns)-1]["sync"] = lostSync
+		}
+		c := compareResults(rs)
+		if err := c.verdict(); err != nil {
+			t.Errorf("only upstream lost the race: verdict %v, want nil", err)
+		}
+		if out := printed(c); !strings.Contains(out, "Fixed (better than upstream-cni in every run):\n  sync\n    knext-cni: knext-cni 4/4, upstream-cni 0/4") {
+			t.Errorf("printed comparison does not list knext as better:\n%s", out)
+		}
+	})
+	t.Run("knext loses it once", func(t *testing.T) {
+		rs := results(map[string]string{"sync": "passed"}, map[string]string{"sync": "skipped"}, map[string]string{"sync": "passed"})
+		rs[1].specs["sync"] = lostSync
+		for range 3 {
+			rerun(rs, map[string]string{"sync": "passed"}, map[string]string{"sync": "passed"}, map[string]string{"sync": "passed"})
+		}
+		if err := compareResults(rs).verdict(); err != nil {
+			t.Errorf("knext-cni lost the race once, then won it: verdict %v, want nil", err)
+		}
+	})
+	t.Run("all lose it", func(t *testing.T) {
+		rs := results(map[string]string{"sync": "skipped"}, map[string]string{"sync": "skipped"}, map[string]string{"sync": "skipped"})
+		for _, r := range rs {
+			r.specs["sync"] = lostSync
+		}
+		// Upstream may lose the race; knext must not.
+		if err := compareResults(rs).verdict(); err == nil || !strings.Contains(err.Error(), "knext-cni lost the race critest probes in 1 spec(s): sync") ||
+			strings.Contains(err.Error(), "upstream-cni lost") {
+			t.Errorf("verdict %v, want the knext configurations, and only them, named for the race they lost", err)
+		}
+	})
+}
+
+func TestVerdictPassesOnlyRunsThatRan(t *testing.T) {
 	same := map[string]string{"a": "passed", "b": "skipped"}
-	if err := compare(results(same, same, same)).verdict(); err != nil {
+	if err := compareResults(results(same, same, same)).verdict(); err != nil {
 		t.Errorf("equal runs without failures: verdict %v, want nil", err)
 	}
 	rs := results(same, same, same)
 	rs[1].err, rs[1].specs = os.ErrNotExist, nil
-	if err := compare(rs).verdict(); err == nil || !strings.Contains(err.Error(), "knext-cni did not run") {
+	if err := compareResults(rs).verdict(); err == nil || !strings.Contains(err.Error(), "knext-cni did not run") {
 		t.Errorf("a configuration that did not run: verdict %v, want it named", err)
 	}
-}
-
-func TestCompareSetsApartSpecDiscrepancyRaces(t *testing.T) {
-	rs := results(map[string]string{"sync": "passed", "lost": "skipped"},
-		map[string]string{"sync": "skipped", "lost": "skipped"},
-		map[string]string{"sync": "passed", "lost": "passed"})
-	rs[1].specs["sync"] = outcome{state: "skipped", message: "spec discrepancy: containerd loses containers created while ..."}
-	for _, r := range rs[:2] {
-		r.specs["lost"] = outcome{state: "skipped", message: "spec discrepancy: containerd lost 5 container(s)"}
-	}
-	rs[2].specs["other"] = outcome{state: "passed", message: ""}
-	rs[0].specs["other"] = outcome{state: "skipped", message: "AppArmor is disabled on this host"}
-	rs[1].specs["other"] = outcome{state: "skipped", message: "AppArmor is disabled on this host"}
-	c := compare(rs)
-	if got := strings.Join(c.timingDependent, ","); got != "lost,sync" {
-		t.Errorf("timing-dependent = %q, want lost,sync", got)
-	}
-	if got := strings.Join(c.differing, ","); got != "other" {
-		t.Errorf("differing = %q, want other: an ordinary skip against a pass is a difference", got)
-	}
-	var out bytes.Buffer
-	c.print(&out)
-	if !strings.Contains(out.String(), "2 spec(s) passed or hit critest's \"spec discrepancy:\" by chance") {
-		t.Errorf("printed comparison does not set the races apart:\n%s", out.String())
-	}
-	// Upstream may lose the race; knext must not.
-	if err := c.verdict(); err == nil || !strings.Contains(err.Error(), "knext-cni lost the race critest probes in 2 spec(s): lost; sync") ||
-		strings.Contains(err.Error(), "upstream-cni lost") {
-		t.Errorf("verdict %v, want knext-cni, and only it, named for the races it lost", err)
-	}
-	rs[1].specs["sync"] = outcome{state: "passed"}
-	rs[1].specs["lost"] = outcome{state: "passed"}
-	rs[1].specs["other"] = rs[2].specs["other"]
-	rs[0].specs["other"] = rs[2].specs["other"]
-	if err := compare(rs).verdict(); err != nil {
-		t.Errorf("only upstream lost the races: verdict %v, want nil", err)
-	}
-}
-
-func TestCompareListsSpecsPassedOnARetry(t *testing.T) {
-	same := map[string]string{"a": "passed"}
-	rs := results(same, same, same)
-	rs[0].specs["a"] = outcome{state: "passed", attempts: 2}
-	c := compare(rs)
-	if err := c.verdict(); err != nil {
-		t.Errorf("a spec passed on a retry: verdict %v, want nil", err)
-	}
-	var out bytes.Buffer
-	c.print(&out)
-	if want := "  a\n    upstream-cni: passed on attempt 2\n"; !strings.Contains(out.String(), want) {
-		t.Errorf("printed comparison lacks %q:\n%s", want, out.String())
+	rs = results(same, same, same)
+	rs[2].readReruns(t.TempDir(), 1)
+	if err := compareResults(rs).verdict(); err == nil || !strings.Contains(err.Error(), "knext-cniless did not run") {
+		t.Errorf("a rerun without a report: verdict %v, want its configuration named", err)
 	}
 }
 

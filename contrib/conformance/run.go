@@ -10,10 +10,14 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/knext-dev/knext/contrib/ci/compare"
 )
 
 // configuration is one runtime set-up critest runs against.
@@ -96,6 +100,7 @@ func runCommand(args []string) error {
 	p.register(fs)
 	parallel := fs.Bool("parallel", false, "run the configurations at the same time (each has its own network namespace)")
 	only := fs.String("only", "", "comma-separated configurations to run (default: all)")
+	reruns := fs.Int("reruns", compare.DefaultReruns, "run each spec that differs from the first configuration this many times more, in every configuration")
 	fs.Parse(args)
 	if err := p.check(); err != nil {
 		return err
@@ -103,16 +108,16 @@ func runCommand(args []string) error {
 	if os.Geteuid() != 0 {
 		return errors.New("needs root (containerd, network namespaces)")
 	}
+	// In the order of configurations: the first is what the others are compared with.
 	selected := configurations
 	if *only != "" {
-		selected = nil
-		for name := range strings.SplitSeq(*only, ",") {
-			c, err := configurationNamed(name)
-			if err != nil {
+		names := strings.Split(*only, ",")
+		for _, name := range names {
+			if _, err := configurationNamed(name); err != nil {
 				return err
 			}
-			selected = append(selected, c)
 		}
+		selected = slices.DeleteFunc(slices.Clone(configurations), func(c configuration) bool { return !slices.Contains(names, c.name) })
 	}
 
 	// A Ctrl-C reaches every node too (same process group); they clean up and exit, and this
@@ -127,22 +132,48 @@ func runCommand(args []string) error {
 		len(selected), map[bool]string{true: "in parallel", false: "one after the other"}[*parallel], p.out)
 	start := time.Now()
 	results := make([]*result, len(selected))
-	var wg sync.WaitGroup
-	for i, c := range selected {
-		run := func() {
-			results[i] = runNode(ctx, self, c, p)
-			fmt.Printf("  %-14s %s in %s\n", c.name, results[i].summary(), results[i].duration.Round(time.Second))
+	eachConfiguration(selected, *parallel, func(i int, c configuration) {
+		results[i] = &result{config: c}
+		results[i].duration, results[i].err = runNode(ctx, self, c, p, 0)
+		if results[i].err == nil {
+			results[i].specs, results[i].err = readReport(filepath.Join(p.out, c.name, reportFile))
 		}
-		if *parallel {
-			wg.Go(func() { ; run() })
-		} else {
-			run()
-		}
+		fmt.Printf("  %-14s %s in %s\n", c.name, results[i].summary(), results[i].duration.Round(time.Second))
+	})
+
+	// What differs from the first configuration runs again, in every configuration, and only that.
+	if differing := compareResults(results).differing(); len(differing) > 0 && *reruns > 0 {
+		fmt.Printf("%d spec(s) differ from %s: running them %d more times in every configuration\n", len(differing), results[0].config.name, *reruns)
+		rerun := p
+		rerun.focus = compare.GinkgoFocus(differing)
+		eachConfiguration(selected, *parallel, func(i int, c configuration) {
+			r := results[i]
+			duration, err := runNode(ctx, self, c, rerun, *reruns)
+			r.duration += duration
+			if err != nil {
+				r.err = errors.Join(r.err, err)
+			} else {
+				r.readReruns(filepath.Join(p.out, c.name), *reruns)
+			}
+			fmt.Printf("  %-14s reruns in %s\n", c.name, duration.Round(time.Second))
+		})
 	}
-	wg.Wait()
 	fmt.Printf("all configurations: %s\n\n", time.Since(start).Round(time.Second))
 
 	return printComparison(results)
+}
+
+// eachConfiguration calls run for each configuration, at the same time or one after the other.
+func eachConfiguration(configs []configuration, parallel bool, run func(int, configuration)) {
+	var wg sync.WaitGroup
+	for i, c := range configs {
+		if parallel {
+			wg.Go(func() { run(i, c) })
+		} else {
+			run(i, c)
+		}
+	}
+	wg.Wait()
 }
 
 // reportCommand prints the comparison of the reports a run left in -out.
@@ -162,6 +193,13 @@ func reportCommand(args []string) error {
 		}
 		r := &result{config: c}
 		r.specs, r.err = readReport(path)
+		dir, reruns := filepath.Join(*out, c.name), 0
+		for ; ; reruns++ {
+			if _, err := os.Stat(rerunReport(dir, reruns+1)); err != nil {
+				break
+			}
+		}
+		r.readReruns(dir, reruns)
 		results = append(results, r)
 	}
 	if len(results) == 0 {
@@ -171,56 +209,54 @@ func reportCommand(args []string) error {
 }
 
 func printComparison(results []*result) error {
-	comparison := compare(results)
+	comparison := compareResults(results)
 	comparison.print(os.Stdout)
 	if err := comparison.verdict(); err != nil {
 		return err
 	}
-	fmt.Println("\nconformance: every configuration passed the same specs and failed none.")
+	fmt.Printf("\nconformance: no configuration regressed against %s (%d spec(s) fixed, %d flaky), none failed a spec everywhere.\n",
+		results[0].config.name, len(comparison.selected(compare.Fixed)), len(comparison.selected(compare.Flaky)))
 	return nil
 }
 
 // runNode runs one configuration in a child process with a network and an IPC namespace of its
 // own: critest's fixed host ports (12000-12003), the CNI and nri-bridge bridges and firewall
 // rules, host-network pods and critest's shared memory segments all stay in there, so runs
-// neither collide with each other nor touch the host's network.
-func runNode(ctx context.Context, self string, c configuration, p options) *result {
-	r := &result{config: c}
-	dir := filepath.Join(p.out, c.name)
+// neither collide with each other nor touch the host's network. With reruns, the child runs
+// critest that many times (the node command's -reruns), into the configuration's rerunsDir.
+func runNode(ctx context.Context, self string, c configuration, p options, reruns int) (time.Duration, error) {
 	start := time.Now()
-	defer func() { r.duration = time.Since(start) }()
+	dir := filepath.Join(p.out, c.name)
+	if reruns > 0 {
+		dir = filepath.Join(dir, rerunsDir)
+	}
 	if err := os.RemoveAll(dir); err != nil {
-		r.err = err
-		return r
+		return 0, err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		r.err = err
-		return r
+		return 0, err
 	}
 	log, err := os.Create(filepath.Join(dir, "node.log"))
 	if err != nil {
-		r.err = err
-		return r
+		return 0, err
 	}
 	defer log.Close()
 	if ctx.Err() != nil {
-		r.err = ctx.Err()
-		return r
+		return 0, ctx.Err()
 	}
 
 	// Pdeathsig fires when the thread that started the child ends: keep it until the child exits.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	cmd := exec.Command(self, append([]string{nodeCommandName, "-config", c.name}, p.args()...)...)
+	args := append([]string{nodeCommandName, "-config", c.name, "-reruns", strconv.Itoa(reruns)}, p.args()...)
+	cmd := exec.Command(self, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC,
 		Pdeathsig:  syscall.SIGKILL,
 	}
 	if err := cmd.Run(); err != nil {
-		r.err = fmt.Errorf("%s: %w (see %s)", c.name, err, log.Name())
-		return r
+		return time.Since(start), fmt.Errorf("%s: %w (see %s)", c.name, err, log.Name())
 	}
-	r.specs, r.err = readReport(filepath.Join(dir, reportFile))
-	return r
+	return time.Since(start), nil
 }

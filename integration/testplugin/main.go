@@ -25,8 +25,9 @@
 //
 // Values are not validated: invalid IPs reach the runtime as written.
 //
-// RunPodSandbox of the pod named <name> waits while the file <dir>/hold-run.<name> exists, whatever
-// the request's deadline: the test lets it go by removing the file.
+// RunPodSandbox and StopPodSandbox of the pod named <name> wait while the file
+// <dir>/hold-run.<name>, respectively <dir>/hold-stop.<name>, exists, whatever the request's
+// deadline: the test lets them go by removing the file.
 //
 // Every request is recorded, when it arrives, as a line "<pod id> <pod name>" appended to
 // <dir>/calls, so the test can count them across restarts of the plugin. The pod lifecycle
@@ -69,9 +70,10 @@ const (
 
 // The request log, the pod event log and the prefix of the hold files in the plugin's directory.
 const (
-	callsFile   = "calls"
-	eventsFile  = "events"
-	holdRunFile = "hold-run."
+	callsFile    = "calls"
+	eventsFile   = "events"
+	holdRunFile  = "hold-run."
+	holdStopFile = "hold-stop."
 )
 
 type plugin struct {
@@ -88,9 +90,14 @@ func main() {
 	name := flag.String("name", "test", "plugin name")
 	idx := flag.String("idx", "50", "plugin index (two digits)")
 	dir := flag.String("dir", "", "directory of the control files and the request log")
+	policyName := flag.String("failure-policy", "", "failure policy the plugin declares: fail_request, keep_connected, both, or none (the default)")
 	flag.Parse()
 	if *socket == "" || *dir == "" {
 		log.Fatal("testplugin: -socket and -dir are required")
+	}
+	policy, err := failurePolicy(*policyName)
+	if err != nil {
+		log.Fatalf("testplugin %s: %v", *name, err)
 	}
 
 	p := &plugin{name: *name, dir: *dir}
@@ -100,13 +107,29 @@ func main() {
 			log.Fatalf("testplugin %s: %v", *name, err)
 		}
 	}
-	s, err := stub.New(p, stub.WithSocketPath(*socket), stub.WithPluginName(*name), stub.WithPluginIdx(*idx))
+	s, err := stub.New(p, stub.WithSocketPath(*socket), stub.WithPluginName(*name), stub.WithPluginIdx(*idx),
+		stub.WithFailurePolicy(policy))
 	if err != nil {
 		log.Fatalf("testplugin %s: %v", *name, err)
 	}
 	err = s.Run(context.Background())
 	log.Printf("testplugin %s: stopped: %v", *name, err)
 	os.Exit(1)
+}
+
+// failurePolicy is the policy a -failure-policy value names.
+func failurePolicy(name string) (*api.FailurePolicy, error) {
+	switch name {
+	case "", "none":
+		return &api.FailurePolicy{}, nil
+	case "fail_request":
+		return &api.FailurePolicy{FailRequest: true}, nil
+	case "keep_connected":
+		return &api.FailurePolicy{KeepConnected: true}, nil
+	case "both":
+		return &api.FailurePolicy{FailRequest: true, KeepConnected: true}, nil
+	}
+	return nil, fmt.Errorf("-failure-policy %q: want fail_request, keep_connected, both or none", name)
 }
 
 // PodSandboxStatus implements stub.PodSandboxStatusInterface, which subscribes the plugin.
@@ -183,18 +206,29 @@ func (p *plugin) RunPodSandbox(_ context.Context, pod *api.PodSandbox) error {
 	if err := p.record(p.events, "RunPodSandbox", pod.GetId(), pod.GetName()); err != nil {
 		return err
 	}
-	hold := filepath.Join(p.dir, holdRunFile+pod.GetName())
+	p.waitWhileHeld(holdRunFile, pod)
+	return nil
+}
+
+// StopPodSandbox implements stub.StopPodInterface: it records the event, then waits while the
+// pod's hold file exists.
+func (p *plugin) StopPodSandbox(_ context.Context, pod *api.PodSandbox) error {
+	if err := p.record(p.events, "StopPodSandbox", pod.GetId(), pod.GetName()); err != nil {
+		return err
+	}
+	p.waitWhileHeld(holdStopFile, pod)
+	return nil
+}
+
+// waitWhileHeld waits while the pod's hold file of the given prefix exists.
+func (p *plugin) waitWhileHeld(prefix string, pod *api.PodSandbox) {
+	hold := filepath.Join(p.dir, prefix+pod.GetName())
 	for {
 		if _, err := os.Stat(hold); errors.Is(err, os.ErrNotExist) {
-			return nil
+			return
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// StopPodSandbox implements stub.StopPodInterface: it records the event.
-func (p *plugin) StopPodSandbox(_ context.Context, pod *api.PodSandbox) error {
-	return p.record(p.events, "StopPodSandbox", pod.GetId(), pod.GetName())
 }
 
 // RemovePodSandbox implements stub.RemovePodInterface: it records the event.

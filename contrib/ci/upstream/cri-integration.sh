@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# cri-integration.sh [-daemon knext|upstream] [-quick | -run REGEXP]: containerd's own CRI
-# integration tests (the package integration of the pinned module, every test that builds on
+# cri-integration.sh [-daemon knext|upstream] [-quick | -run REGEXP] [-count N]: containerd's own
+# CRI integration tests (the package integration of the pinned module, every test that builds on
 # Linux) against one daemon: knext (build/bin) or upstream containerd built from the pristine
 # module (make upstream, build/upstream/bin). Prints the test2json event stream; containerd's, the
 # registry's and the test containerds' logs go to $CRI_LOG_DIR (default
 # build/test-logs/cri-integration-<daemon>).
 #
 # The test binary, its failpoint shim and CNI plugin come from the same source as the daemon: the
-# patched tree for knext (no patch touches the package), the pristine module for upstream. Build
+# patched tree for knext, the pristine module for upstream. The series' fixes to upstream's tests
+# (its patches that change only files under integration/) are in the patched tree; the upstream
+# column gets them too, on a copy of the module (build/cri-integration-upstream-src), so that both
+# columns run the same tests and only the daemons differ. Build
 # and flags are upstream's own (Makefile, script/test/cri-integration.sh): no -race (the race
 # detector finds one in upstream's test harness, which builds in-process containerds in parallel
 # tests; knext's own suites run the patched packages' tests with -race), -cri-endpoint,
@@ -15,7 +18,8 @@
 #
 # -quick runs the tests of NRI and of containerd restarts only (every TestNri*,
 # TestUpdatePodSandboxWithRestart, restart_test.go, restart_linux_test.go, issue7496*.go), a few
-# minutes instead of the whole package; -run only the tests matching REGEXP (go test's -run).
+# minutes instead of the whole package; -run only the tests matching REGEXP (go test's -run);
+# -count runs each test N times (go test's -count; default 1).
 #
 # What the whole package needs, none of it downloaded (see docs/conformance.md):
 #   - the environment of upstream's CI (script/setup, script/test/utils.sh): containerd's config,
@@ -40,13 +44,14 @@ source "$(dirname "$0")/lib.sh"
 self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 # The inner invocation (--inside) gets these from the outer one's environment.
 if [ "${1:-}" != --inside ]; then
-	DAEMON=knext TESTS='.*'
+	DAEMON=knext TESTS='.*' COUNT=1
 	while [ $# -gt 0 ]; do
 		case $1 in
 		-daemon) DAEMON=$2 && shift 2 ;;
 		-run) TESTS=$2 && shift 2 ;;
+		-count) COUNT=$2 && shift 2 ;;
 		-quick) TESTS='^(TestNri.*|TestUpdatePodSandboxWithRestart|TestContainerdRestart.*|TestReload100Pods|TestIssue7496.*|TestKillShim.*|TestShutdownShimWhenPauseExitsBeforeWorkload)$' && shift ;;
-		*) die "usage: $0 [-daemon knext|upstream] [-quick | -run REGEXP]" ;;
+		*) die "usage: $0 [-daemon knext|upstream] [-quick | -run REGEXP] [-count N]" ;;
 		esac
 	done
 fi
@@ -200,10 +205,10 @@ inside() {
 	ln -s "$(dirname "$self")/containerd-oom-wrapper.sh" "$work/build-dir/containerd"
 	ln -s "$DAEMON_BIN/containerd-shim-runc-v2" "$work/build-dir/containerd-shim-runc-v2"
 	export KNEXT_CONTAINERD=$DAEMON_BIN/containerd
-	log "running $TESTS, skipping $TESTS_SKIPPED"
+	log "running $TESTS $COUNT time(s), skipping $TESTS_SKIPPED"
 	cd "$work"
 	PATH=$work/build-dir:$PATH go tool test2json -t -p cri-integration "$bin/cri-integration.test" \
-		-test.run "$TESTS" -test.skip "$TESTS_SKIPPED" -test.v=test2json -test.count=1 -test.timeout 80m \
+		-test.run "$TESTS" -test.skip "$TESTS_SKIPPED" -test.v=test2json -test.count "$COUNT" -test.timeout $((80 * COUNT))m \
 		--cri-endpoint "unix://$CTRD_SOCK" --containerd-bin containerd --build-dir "$work/build-dir" \
 		--image-list "$IMAGE_LIST"
 }
@@ -229,6 +234,34 @@ hierarchy_mountpoint() {
 			m = split(want, w, ","); ok = 1; for (i = 1; i <= m; i++) if (!(w[i] in have)) ok = 0
 			if (ok) { print $5; exit }
 		}' /proc/self/mountinfo
+}
+
+# with_test_fixes SOURCE DIR: where to build the upstream column's tests from. The patches of the
+# containerd series that change only files under integration/ are fixes to upstream's tests:
+# without any, SOURCE itself; else DIR, a copy of SOURCE (the module cache is read-only, and
+# go build -overlay refuses to replace its files) with those patches applied. DIR stays at the
+# same path from run to run, for the Go build cache.
+with_test_fixes() {
+	local source=$1 dir=$2 patch path
+	local -a fixes=() patch_paths
+	for patch in "$KNEXT_ROOT"/patches/containerd/*.patch; do
+		mapfile -t patch_paths < <(sed -n 's|^diff --git a/\([^ ]*\) b/\([^ ]*\)$|\1\n\2|p' "$patch")
+		[ ${#patch_paths[@]} -gt 0 ] || continue
+		for path in "${patch_paths[@]}"; do
+			[[ $path == integration/* ]] || continue 2
+		done
+		fixes+=("$patch")
+	done
+	if [ ${#fixes[@]} -eq 0 ]; then
+		echo "$source"
+		return
+	fi
+	rm -rf "$dir" && mkdir -p "$(dirname "$dir")" && cp -r "$source" "$dir" && chmod -R u+w "$dir"
+	# Its own repository, so that git apply reads the patches' paths from its top.
+	git init -q "$dir" && git -C "$dir" apply "${fixes[@]}" ||
+		die "the series' fixes to upstream's tests do not apply to $source: ${fixes[*]}"
+	log "the series' fixes to upstream's tests, on the upstream column too: ${fixes[*]##*/}"
+	echo "$dir"
 }
 
 if [ "${1:-}" = --inside ]; then
@@ -295,6 +328,7 @@ cleanup() {
 }
 trap 'cleanup || true' EXIT
 
+[ "$DAEMON" != upstream ] || test_source=$(with_test_fixes "$test_source" "$BUILD_DIR/cri-integration-upstream-src")
 log "building the test binary and its helpers from $test_source into $bin"
 (cd "$test_source" &&
 	env "${test_env[@]}" go test -c -o "$bin/cri-integration.test" ./integration &&
@@ -355,7 +389,7 @@ for line in "${own_cgroups[@]}"; do
 	echo $$ >"$dir/cgroup.procs"
 done
 
-export DAEMON DAEMON_BIN RESTART_WAIT_PERIOD CTRD_ROOT CTRD_STATE CTRD_SOCK NRI_SOCK TESTS TESTS_SKIPPED \
+export DAEMON DAEMON_BIN RESTART_WAIT_PERIOD CTRD_ROOT CTRD_STATE CTRD_SOCK NRI_SOCK TESTS COUNT TESTS_SKIPPED \
 	CRI_LOG_DIR IMAGE_LIST BUSYBOX_IMAGE BUSYBOX_ARCHIVE CNI_PLUGINS
 export PATH="$DAEMON_BIN:$BUILD_DIR/bin:$bin:/usr/local/bin:$PATH"
 # Arrays do not cross exec; the inner script gets them as words (none contains a space).

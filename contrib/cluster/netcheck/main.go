@@ -6,7 +6,9 @@
 //	netcheck get URL                     HTTP GET; prints the answer
 //	netcheck udp HOST:PORT               one UDP datagram; prints the answer
 //	netcheck lookup NAME                 the name's addresses, one a line (the pod's resolv.conf)
-//	netcheck probe [-interval 200ms] URL GET URL forever, one line a request: "<time> ok|fail <detail>"
+//	netcheck probe [-interval 200ms] URL...
+//	                                     GET each URL forever, one line a request:
+//	                                     "<time> ok|fail <url> <answer or error>"
 //
 // The server's answer, over HTTP (GET /) and UDP alike, is one line: "client=<ip> host=<hostname>".
 // Every client gives up after -timeout (default 5s) and exits 1 with the error; probe gives each
@@ -23,6 +25,8 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 )
 
@@ -49,7 +53,7 @@ func main() {
 	case "lookup":
 		err = lookup(ctx, fs.Arg(0))
 	case "probe":
-		probe(fs.Arg(0), *interval, *timeout)
+		err = probe(fs.Args(), *interval, *timeout)
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -131,20 +135,31 @@ func fetch(ctx context.Context, url string) ([]byte, error) {
 	return body, nil
 }
 
-// probe GETs url every interval, forever, and prints one line per request.
-func probe(url string, interval, timeout time.Duration) {
-	for next := time.Now(); ; next = next.Add(interval) {
-		time.Sleep(time.Until(next))
-		start := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		body, err := fetch(ctx, url)
-		cancel()
-		if err != nil {
-			fmt.Printf("%s fail %v\n", start.UTC().Format(time.RFC3339Nano), err)
-		} else {
-			fmt.Printf("%s ok %s", start.UTC().Format(time.RFC3339Nano), body)
-		}
+// probe GETs every url every interval, forever, each on its own, and prints one line per request.
+func probe(urls []string, interval, timeout time.Duration) error {
+	if len(urls) == 0 {
+		return errors.New("probe: no URL")
 	}
+	var mu sync.Mutex
+	for _, url := range urls {
+		go func() {
+			for next := time.Now(); ; next = next.Add(interval) {
+				time.Sleep(time.Until(next))
+				start := time.Now()
+				ctx, cancel := context.WithTimeout(context.Background(), timeout)
+				body, err := fetch(ctx, url)
+				cancel()
+				line := fmt.Sprintf("%s ok %s %s", start.UTC().Format(time.RFC3339Nano), url, strings.TrimSpace(string(body)))
+				if err != nil {
+					line = fmt.Sprintf("%s fail %s %v", start.UTC().Format(time.RFC3339Nano), url, err)
+				}
+				mu.Lock()
+				fmt.Println(line)
+				mu.Unlock()
+			}
+		}()
+	}
+	select {}
 }
 
 func udp(ctx context.Context, addr string) error {

@@ -94,18 +94,17 @@ func (r *runtime) connect(p *plugin) (stop func()) {
 func (r *runtime) run(id string) string {
 	r.t.Helper()
 	pod := &api.PodSandbox{Id: id, Name: id, Namespace: "test"}
-	result, err := r.nri.RunPodSandboxNetwork(context.Background(), &api.RunPodSandboxRequest{Pod: pod})
+	answers, err := r.nri.RunPodSandbox(context.Background(), &api.RunPodSandboxRequest{Pod: pod})
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	if result.Network == nil {
-		r.t.Fatalf("pod %s: no IP reported", id)
+	if len(answers) != 1 || answers[0].IP == "" {
+		r.t.Fatalf("pod %s: want one IP reported, got %+v", id, answers)
 	}
-	pod.Ips = []string{result.Network.IP}
 	r.mu.Lock()
 	r.pods[id] = pod
 	r.mu.Unlock()
-	return result.Network.IP
+	return answers[0].IP
 }
 
 func (r *runtime) stop(id string) {
@@ -119,7 +118,7 @@ func (r *runtime) stop(id string) {
 	}
 }
 
-func (r *runtime) status(id string) *nri.PodSandboxStatusResult {
+func (r *runtime) status(id string) []*nri.PodNetworkAnswer {
 	r.t.Helper()
 	r.mu.Lock()
 	pod := r.pods[id]
@@ -140,8 +139,8 @@ func TestReportsAtRunPodSandboxAndRebuildsOnSynchronize(t *testing.T) {
 	if a, b := r.run("a"), r.run("b"); a != "10.99.0.2" || b != "10.99.0.3" {
 		t.Fatalf("pods a and b got %s and %s, want 10.99.0.2 and 10.99.0.3", a, b)
 	}
-	if result := r.status("a"); result != nil {
-		t.Errorf("a status query asked the plugin: %+v", result)
+	if answers := r.status("a"); answers != nil {
+		t.Errorf("a status query asked the plugin: %+v", answers)
 	}
 
 	stop()
@@ -161,13 +160,13 @@ func TestAnswersStatusAfterARestart(t *testing.T) {
 	r := startRuntime(t)
 	stop := r.connect(newPlugin(true))
 	ip := r.run("a")
-	if result := r.status("a"); result == nil || result.IP != ip {
-		t.Fatalf("status of pod a: %+v, want %s", result, ip)
+	if answers := r.status("a"); len(answers) != 1 || answers[0].IP != ip {
+		t.Fatalf("status of pod a: %+v, want %s", answers, ip)
 	}
 	stop()
 	r.connect(newPlugin(true))
-	if result := r.status("a"); result == nil || result.IP != ip || len(result.NoAnswer) != 0 {
-		t.Errorf("status of pod a after a restart: %+v, want %s", result, ip)
+	if answers := r.status("a"); len(answers) != 1 || answers[0].IP != ip || answers[0].Err != nil {
+		t.Errorf("status of pod a after a restart: %+v, want %s", answers, ip)
 	}
 }
 

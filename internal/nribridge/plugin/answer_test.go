@@ -59,8 +59,8 @@ func TestRunPodSandboxAnswerThroughNRI(t *testing.T) {
 
 	rt := startFakeRuntime(t, socket, "")
 	rt.expect(t, "synced")
-	rt.ask(t, "runips a", "ip=10.5.0.2 additional=[fd00:5::2] owners=[10.5.0.2@10-bridge fd00:5::2@10-bridge] noips=[]")
-	rt.ask(t, "status a", "result <nil>")
+	rt.ask(t, "runips a", "ip=10.5.0.2 additional=[fd00:5::2] owners=[10.5.0.2@10-bridge fd00:5::2@10-bridge]")
+	rt.ask(t, "status a", "result []")
 	rt.do(t, "stop a")
 }
 

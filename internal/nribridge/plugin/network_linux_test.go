@@ -442,7 +442,7 @@ func TestNetnsPreinstalledPlugin(t *testing.T) {
 	netnsPath := podNetNS(pod)
 
 	rt := startFakeRuntime(t, socket, pluginDir)
-	wantIPs := fmt.Sprintf("ip=%s additional=[%s] owners=[%s@10-bridge %s@10-bridge] noips=[]",
+	wantIPs := fmt.Sprintf("ip=%s additional=[%s] owners=[%s@10-bridge %s@10-bridge]",
 		s.Pools[0].Gateway.Next(), s.Pools[1].Gateway.Next(), s.Pools[0].Gateway.Next(), s.Pools[1].Gateway.Next())
 	rt.ask(t, "runips "+pod.Id+" "+netnsPath, wantIPs)
 	h := podNetlink(t, pod)

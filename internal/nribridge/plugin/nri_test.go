@@ -121,38 +121,49 @@ func fakeRuntimeMain(socket, pluginDir, podList string) error {
 // fakeRuntimeCommands relay a request for a pod to the plugins and return the reply line.
 var fakeRuntimeCommands = map[string]func(*nri.Adaptation, *api.PodSandbox) (string, error){
 	"run": func(r *nri.Adaptation, pod *api.PodSandbox) (string, error) {
-		return "ok", r.RunPodSandbox(context.Background(), &nri.RunPodSandboxRequest{Pod: pod})
+		_, err := r.RunPodSandbox(context.Background(), &nri.RunPodSandboxRequest{Pod: pod})
+		return "ok", err
 	},
-	// "runips" is "run" printing the IPs the plugins reported, merged, with each IP's owner.
+	// "runips" is "run" printing the IPs the plugins reported, with each IP's owner.
 	"runips": func(r *nri.Adaptation, pod *api.PodSandbox) (string, error) {
-		res, err := r.RunPodSandboxNetwork(context.Background(), &nri.RunPodSandboxRequest{Pod: pod})
-		if err != nil || res.Network == nil {
-			return fmt.Sprintf("result %v", res), err
+		answers, err := r.RunPodSandbox(context.Background(), &nri.RunPodSandboxRequest{Pod: pod})
+		if err != nil || answers == nil {
+			return fmt.Sprintf("result %v", answers), err
 		}
-		return fmt.Sprintf("%s noips=%v", describeResult(res.Network), res.NoIPs), nil
+		return describeAnswers(answers), nil
 	},
 	"stop": func(r *nri.Adaptation, pod *api.PodSandbox) (string, error) {
 		return "ok", r.StopPodSandbox(context.Background(), &nri.StopPodSandboxRequest{Pod: pod})
 	},
-	// "status" prints the merged answer with each IP's owner.
+	// "status" prints the plugins' answers with each IP's owner.
 	"status": func(r *nri.Adaptation, pod *api.PodSandbox) (string, error) {
-		res, err := r.PodSandboxStatus(context.Background(), &nri.PodSandboxStatusRequest{Pod: pod})
-		if err != nil || res == nil {
-			return fmt.Sprintf("result %v", res), err
+		answers, err := r.PodSandboxStatus(context.Background(), &nri.PodSandboxStatusRequest{Pod: pod})
+		if err != nil || answers == nil {
+			return fmt.Sprintf("result %v", answers), err
 		}
-		return fmt.Sprintf("%s noanswer=%d", describeResult(res), len(res.NoAnswer)), nil
+		return describeAnswers(answers), nil
 	},
 }
 
-// describeResult renders merged IPs with each one's owner.
-func describeResult(res *nri.PodSandboxStatusResult) string {
-	var owners []string
-	for _, ip := range append([]string{res.IP}, res.AdditionalIPs...) {
-		if ip != "" {
-			owners = append(owners, ip+"@"+res.Owners[ip])
+// describeAnswers renders the plugins' answers as one IP set: the first primary IP, the other
+// IPs in order, and each IP's owner.
+func describeAnswers(answers []*nri.PodNetworkAnswer) string {
+	var primary string
+	additional, owners := []string{}, []string{}
+	for _, a := range answers {
+		for i, ip := range append([]string{a.IP}, a.AdditionalIPs...) {
+			switch {
+			case ip == "":
+				continue
+			case i == 0 && primary == "":
+				primary = ip
+			default:
+				additional = append(additional, ip)
+			}
+			owners = append(owners, ip+"@"+a.Plugin)
 		}
 	}
-	return fmt.Sprintf("ip=%s additional=%v owners=%v", res.IP, res.AdditionalIPs, owners)
+	return fmt.Sprintf("ip=%s additional=%v owners=%v", primary, additional, owners)
 }
 
 type fakeRuntime struct {

@@ -88,6 +88,11 @@ func Check(opts Options) error {
 	return p.check(p.startupYAML)
 }
 
+// failurePolicy is what the runtime does when nri-bridge fails to answer in time: as NRI asks of
+// a plugin that sets up the pod network, the request fails rather than go on without the pod's
+// network, and nri-bridge stays connected, keeping the node's network ready.
+var failurePolicy = stub.WithFailurePolicy(&api.FailurePolicy{FailRequest: true, KeepConnected: true})
+
 // Run runs the plugin until ctx ends: on the connection the runtime hands it when the runtime
 // launched it, otherwise standalone on the runtime's socket, reconnecting whenever the runtime
 // restarts.
@@ -101,7 +106,7 @@ func Run(ctx context.Context, opts Options) error {
 	if launchedByRuntime() {
 		// The runtime discards the stdout/stderr of the plugins it launches.
 		logToSyslog()
-		s, err := stub.New(p)
+		s, err := stub.New(p, failurePolicy)
 		if err != nil {
 			return err
 		}
@@ -134,7 +139,7 @@ func runStandalone(ctx context.Context, p *plugin, socket, name, idx string) err
 		return err
 	}
 	var connectionLost atomic.Bool
-	s, err := stub.New(p, stub.WithPluginName(name), stub.WithPluginIdx(idx), stub.WithSocketPath(socket),
+	s, err := stub.New(p, failurePolicy, stub.WithPluginName(name), stub.WithPluginIdx(idx), stub.WithSocketPath(socket),
 		stub.WithOnClose(func() { connectionLost.Store(true) }))
 	if err != nil {
 		return err
