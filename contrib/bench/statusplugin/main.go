@@ -1,7 +1,7 @@
 // Command statusplugin is the bench's NRI status plugin. It gives every pod it learns about
 // (Synchronize, RunPodSandbox) an IP of its own prefix and answers PodSandboxStatus with it from
 // memory; it creates -ready-file once synchronized. With -at-run-pod-sandbox it reports the IP in
-// its RunPodSandbox answer instead and is not subscribed to PodSandboxStatus, so that the runtime
+// its RunPodSandbox answer instead and does not subscribe to PodSandboxStatus, so that the runtime
 // never asks it again (docs/design.md S10).
 package main
 
@@ -24,6 +24,7 @@ import (
 
 type plugin struct {
 	primary   bool       // answer the pod's primary IP, else an additional IP
+	atRun     bool       // report the primary IP in the RunPodSandbox answer, not subscribed to status
 	prefix    netip.Addr // a pod's IP is the prefix with a hash of the pod's ID as its last 32 bits
 	readyFile string
 	ips       sync.Map // pod sandbox ID -> its IP, a string
@@ -41,6 +42,16 @@ func (p *plugin) remember(pod *api.PodSandbox) string {
 	return ip
 }
 
+// Configure subscribes the plugin to every event it handles but PodSandboxStatus with atRun.
+func (p *plugin) Configure(context.Context, string, string, string) (api.EventMask, error) {
+	events := api.EventMask(0)
+	events.Set(api.Event_RUN_POD_SANDBOX, api.Event_REMOVE_POD_SANDBOX)
+	if !p.atRun {
+		events.Set(api.Event_POD_SANDBOX_STATUS)
+	}
+	return events, nil
+}
+
 func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, _ []*api.Container) ([]*api.ContainerUpdate, error) {
 	for _, pod := range pods {
 		p.remember(pod)
@@ -48,9 +59,12 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, _ []*api
 	return nil, os.WriteFile(p.readyFile, nil, 0o644)
 }
 
-func (p *plugin) RunPodSandbox(_ context.Context, pod *api.PodSandbox) error {
-	p.remember(pod)
-	return nil
+func (p *plugin) RunPodSandbox(_ context.Context, pod *api.PodSandbox) (*api.PodSandboxAdjustment, error) {
+	ip := p.remember(pod)
+	if !p.atRun {
+		return nil, nil
+	}
+	return &api.PodSandboxAdjustment{Network: &api.PodSandboxNetwork{Ips: []string{ip}}}, nil
 }
 
 func (p *plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error {
@@ -70,22 +84,6 @@ func (p *plugin) PodSandboxStatus(_ context.Context, pod *api.PodSandbox) (*api.
 	}
 }
 
-// runReporter reports a pod's primary IP in its RunPodSandbox answer. Without a PodSandboxStatus
-// method (the plugin is a field, not embedded) the stub does not subscribe it to status queries.
-type runReporter struct{ p *plugin }
-
-func (r runReporter) Synchronize(ctx context.Context, pods []*api.PodSandbox, containers []*api.Container) ([]*api.ContainerUpdate, error) {
-	return r.p.Synchronize(ctx, pods, containers)
-}
-
-func (r runReporter) RunPodSandbox(_ context.Context, pod *api.PodSandbox) (*api.PodSandboxAdjustment, error) {
-	return &api.PodSandboxAdjustment{Network: &api.PodSandboxNetwork{Ips: []string{r.p.remember(pod)}}}, nil
-}
-
-func (r runReporter) RemovePodSandbox(ctx context.Context, pod *api.PodSandbox) error {
-	return r.p.RemovePodSandbox(ctx, pod)
-}
-
 func main() {
 	nriSocket := flag.String("nri-socket", "/var/run/nri/nri.sock", "containerd's NRI socket")
 	name := flag.String("name", "bench-status", "plugin name")
@@ -94,7 +92,7 @@ func main() {
 	p := &plugin{}
 	flag.StringVar(&p.readyFile, "ready-file", "", "file to create once synchronized (required)")
 	flag.BoolVar(&p.primary, "primary", false, "report the pod's primary IP instead of an additional one")
-	atRun := flag.Bool("at-run-pod-sandbox", false, "report the primary IP in the RunPodSandbox answer, not subscribed to PodSandboxStatus")
+	flag.BoolVar(&p.atRun, "at-run-pod-sandbox", false, "report the primary IP in the RunPodSandbox answer, not subscribed to PodSandboxStatus")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix(fmt.Sprintf("statusplugin %s-%s: ", *index, *name))
@@ -104,11 +102,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	var handlers any = p
-	if *atRun {
-		handlers = runReporter{p}
-	}
-	s, err := stub.New(handlers, stub.WithSocketPath(*nriSocket), stub.WithPluginName(*name), stub.WithPluginIdx(*index))
+	s, err := stub.New(p, stub.WithSocketPath(*nriSocket), stub.WithPluginName(*name), stub.WithPluginIdx(*index))
 	if err == nil {
 		if err = s.Run(ctx); ctx.Err() != nil {
 			err = nil

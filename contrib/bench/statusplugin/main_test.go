@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/containerd/nri/pkg/api"
-	"github.com/containerd/nri/pkg/stub"
 )
 
 func newTestPlugin(t *testing.T, primary bool) *plugin {
@@ -33,7 +32,7 @@ func TestAnswersFromMemoryOnceSynchronized(t *testing.T) {
 
 	// The IP depends on the pod only: a restarted plugin answers the same.
 	again := newTestPlugin(t, false)
-	runErr := again.RunPodSandbox(ctx, pod)
+	_, runErr := again.RunPodSandbox(ctx, pod)
 	if resp, _ := again.PodSandboxStatus(ctx, pod); runErr != nil || resp.Ip != "" || len(resp.AdditionalIps) != 1 || resp.AdditionalIps[0] != ip.String() {
 		t.Errorf("additional-IP plugin answered %v (RunPodSandbox: %v), want only additional %s", resp, runErr, ip)
 	}
@@ -44,19 +43,24 @@ func TestAnswersFromMemoryOnceSynchronized(t *testing.T) {
 	}
 }
 
-func TestRunReporterAnswersAtRunPodSandboxOnly(t *testing.T) {
+func TestAtRunPodSandboxAnswersThereAndIsNeverAskedForStatus(t *testing.T) {
+	ctx := context.Background()
+	statusEvents, err := newTestPlugin(t, true).Configure(ctx, "", "", "")
+	if err != nil || !statusEvents.IsSet(api.Event_POD_SANDBOX_STATUS) {
+		t.Errorf("a status plugin subscribes to %s (%v), want PodSandboxStatus among them", statusEvents.PrettyString(), err)
+	}
 	p := newTestPlugin(t, true)
-	var handlers any = runReporter{p}
-	if _, ok := handlers.(stub.PodSandboxStatusInterface); ok {
-		t.Fatal("the RunPodSandbox reporter implements PodSandboxStatus: the stub would subscribe it to status queries")
+	p.atRun = true
+	events, err := p.Configure(ctx, "", "", "")
+	if err != nil || events.IsSet(api.Event_POD_SANDBOX_STATUS) || !events.IsSet(api.Event_RUN_POD_SANDBOX) {
+		t.Errorf("it subscribes to %s (%v), want RunPodSandbox and not PodSandboxStatus", events.PrettyString(), err)
 	}
 	pod := &api.PodSandbox{Id: "pod-1"}
-	adjust, err := runReporter{p}.RunPodSandbox(context.Background(), pod)
+	adjust, err := p.RunPodSandbox(ctx, pod)
 	if ips := adjust.GetNetwork().GetIps(); err != nil || len(ips) != 1 || !ownPrefix.Contains(netip.MustParseAddr(ips[0])) {
 		t.Fatalf("RunPodSandbox answer %v (%v), want one IP in %s", ips, err, ownPrefix)
 	}
-	ip := adjust.GetNetwork().GetIps()[0]
-	if resp, _ := p.PodSandboxStatus(context.Background(), pod); resp.Ip != ip {
-		t.Errorf("the reporter's state has %q for the pod, want %q", resp.Ip, ip)
+	if adjust, err := newTestPlugin(t, true).RunPodSandbox(ctx, pod); adjust != nil || err != nil {
+		t.Errorf("a status plugin answered RunPodSandbox with %v (%v), want nothing", adjust, err)
 	}
 }
