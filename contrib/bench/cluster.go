@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -33,82 +34,71 @@ const clusterNamespace = "bench"
 // clusterFigures are what a round measures on a cluster, in seconds but the share
 // (docs/performance.md, Cluster).
 var clusterFigures = []string{"Cluster/ready-p50", "Cluster/ready-p99", "Cluster/endpoints-p50", "Cluster/endpoints-p99",
-	"Cluster/update", "Cluster/fill", "Cluster/kubelet-status-mean", "Cluster/kubelet-status-p99", "Cluster/status-p50",
+	"Cluster/update", "Cluster/fill", "Cluster/kubelet-status-mean", "Cluster/status-p50",
 	"Cluster/status-p99", "Cluster/network-setup", "Cluster/run-pod-sandbox", "Cluster/network-share"}
 
-// The clusters: knext CNI-less with nri-bridge, upstream with CNI, and upstream again: the A/A pair.
+// The runtime of each configuration's cluster: knext CNI-less with nri-bridge, upstream with CNI.
+// Upstream's cluster is measured twice a round, as upstream and as upstream-again: the A/A pair.
 var clusterRuntimes = map[string]string{cfgKnext: cluster.RuntimeKnext, cfgUpstream: cluster.RuntimeUpstream,
 	cfgUpstreamAgain: cluster.RuntimeUpstream}
 
-// runCluster brings up a cluster of each runtime, all at once, and in each round measures each in
-// turn, in a rotating order.
+// runCluster brings up a cluster of each runtime, both at once, and in each round measures each
+// configuration on its cluster in turn, in a rotating order.
 func runCluster(ctx context.Context, s settings, rep *report) (err error) {
-	var clusters []*benchCluster
+	clusters := map[string]*benchCluster{} // by runtime
 	defer func() {
 		for _, bc := range clusters {
 			err = errors.Join(err, cluster.Down(bc.c.Dir, log.Printf))
 		}
 	}()
-	for _, key := range []string{cfgKnext, cfgUpstream, cfgUpstreamAgain} {
-		bc, err := newBenchCluster(ctx, key, s.ClusterNodes, s.ClusterPods)
+	for _, runtime := range []string{cluster.RuntimeKnext, cluster.RuntimeUpstream} {
+		bc, err := newBenchCluster(ctx, runtime, s.ClusterNodes, s.ClusterPods)
 		if bc != nil {
-			clusters = append(clusters, bc)
+			clusters[runtime] = bc
 		}
 		if err != nil {
-			return fmt.Errorf("%s cluster: %w", key, err)
+			return fmt.Errorf("%s cluster: %w", runtime, err)
 		}
 	}
-	for n := 1; n <= s.Repeats; n++ {
-		err := rep.measureRound("cluster", n, func(r *round) error {
-			figures := map[string]map[string]float64{}
-			for _, bc := range rotated(clusters, n) {
-				f, err := bc.measure(ctx, r, s)
-				if err != nil {
-					return fmt.Errorf("%s cluster: %w", bc.key, err)
-				}
-				figures[bc.key] = f
-			}
-			r.pairFigures([]pairing{{cfgUpstream, cfgKnext}, aaPair}, figures, s.ClusterPods)
-			return nil
+	if err := rep.meter.measureOwnIdle(ctx); err != nil {
+		return err
+	}
+	rep.ClusterIdle = rep.meter.ownIdle
+	return rep.measureTurns("cluster", []string{cfgKnext, cfgUpstream, cfgUpstreamAgain}, []pairing{{cfgUpstream, cfgKnext}, aaPair},
+		s.ClusterPods, func(r *round, key string) (map[string]float64, error) {
+			return clusters[clusterRuntimes[key]].measure(ctx, r, key, s)
 		})
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 type benchCluster struct {
-	key    string
 	c      *cluster.Cluster
 	client kubernetes.Interface
 	image  string
 }
 
-// newBenchCluster brings the cluster up with the bench's namespace, the Deployment web of pods
-// pods (untimed) and its dual-stack Service.
-func newBenchCluster(ctx context.Context, key string, nodes, pods int) (*benchCluster, error) {
-	dir, err := os.MkdirTemp("", "knc-bench-")
+// newBenchCluster brings the cluster up with the bench's namespace, the Deployment web with that
+// many pods (untimed) and its dual-stack Service.
+func newBenchCluster(ctx context.Context, runtime string, nodes, pods int) (*benchCluster, error) {
+	cfg, err := cluster.EnvConfig("", nodes, runtime)
+	if err == nil {
+		cfg.Dir, err = os.MkdirTemp("", "knc-bench-")
+	}
 	if err != nil {
 		return nil, err
-	}
-	cfg, err := cluster.EnvConfig(dir, nodes, clusterRuntimes[key])
-	if err != nil {
-		return nil, errors.Join(err, os.RemoveAll(dir))
 	}
 	cfg.Logf = log.Printf
 	c, err := cluster.Up(ctx, cfg)
 	if c == nil {
-		return nil, errors.Join(err, os.RemoveAll(dir))
+		return nil, errors.Join(err, os.RemoveAll(cfg.Dir))
 	}
-	bc := &benchCluster{key: key, c: c}
+	bc := &benchCluster{c: c}
 	if err != nil {
 		return bc, err
 	}
 	if bc.client, err = c.Client(); err != nil {
 		return bc, err
 	}
-	if bc.image, err = testimages.ImageName(cfg.Images[3]); err != nil {
+	if bc.image, err = testimages.ImageName(filepath.Join(os.Getenv(cluster.ImagesDirEnv), cluster.NetcheckArchive)); err != nil {
 		return bc, err
 	}
 	if _, err := bc.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: clusterNamespace}}, metav1.CreateOptions{}); err != nil {
@@ -128,17 +118,17 @@ func newBenchCluster(ctx context.Context, key string, nodes, pods int) (*benchCl
 	return bc, err
 }
 
-// measure rolls a new template of web out, fills one node, then removes the fill and every
-// stopped pod of the bench (untimed), so that nothing of this cluster runs while the next one is
-// measured.
-func (bc *benchCluster) measure(ctx context.Context, r *round, s settings) (map[string]float64, error) {
+// measure measures configuration key: it rolls a new template of web out, fills one node, then
+// removes the fill and every stopped pod of the bench (untimed), so that nothing of this
+// measurement runs while the next one is measured.
+func (bc *benchCluster) measure(ctx context.Context, r *round, key string, s settings) (map[string]float64, error) {
 	f := map[string]float64{}
 	before, err := bc.histograms(ctx, bc.c.Nodes...)
 	if err == nil {
-		err = r.phase(ctx, bc.key+" rollout", func() error { return bc.rollout(ctx, s.ClusterPods, f) })
+		err = r.phase(ctx, key+" rollout", func() error { return bc.rollout(ctx, s.ClusterPods, f) })
 	}
 	if err == nil {
-		err = r.phase(ctx, bc.key+" fill", func() error { return bc.fill(ctx, s.NodePods, f) })
+		err = r.phase(ctx, key+" fill", func() error { return bc.fill(ctx, s.NodePods, f) })
 	}
 	after, histErr := bc.histograms(ctx, bc.c.Nodes...)
 	if err = errors.Join(err, histErr); err != nil {
@@ -154,7 +144,7 @@ func (bc *benchCluster) measure(ctx context.Context, r *round, s settings) (map[
 		}
 	}
 	f["Cluster/network-share"] = f["Cluster/network-setup"] / f["Cluster/run-pod-sandbox"]
-	log.Printf("bench: cluster %s: %v", bc.key, f)
+	log.Printf("bench: cluster %s: %v", key, f)
 	return f, bc.clear(ctx)
 }
 
@@ -225,19 +215,16 @@ func (bc *benchCluster) fill(ctx context.Context, nodePods int, f map[string]flo
 		return err
 	}
 	start := time.Now()
-	if _, err := bc.client.AppsV1().Deployments(clusterNamespace).Create(ctx, bc.deployment("fill", nodePods-running, node.Name), metav1.CreateOptions{}); err != nil {
-		return err
-	}
-	if err := bc.waitDeployment(ctx, "fill"); err != nil {
-		return err
+	_, err = bc.client.AppsV1().Deployments(clusterNamespace).Create(ctx, bc.deployment("fill", nodePods-running, node.Name), metav1.CreateOptions{})
+	if err == nil {
+		err = bc.waitDeployment(ctx, "fill")
 	}
 	f["Cluster/fill"] = time.Since(start).Seconds()
-	after, err := bc.histograms(ctx, node)
-	if err != nil {
+	after, histErr := bc.histograms(ctx, node)
+	if err = errors.Join(err, histErr); err != nil {
 		return err
 	}
-	kubelet := after.since(before)[timerKey{kubeletTimer, "podsandbox_status"}]
-	f["Cluster/kubelet-status-mean"], f["Cluster/kubelet-status-p99"] = kubelet.mean(), kubelet.bound(0.99)
+	f["Cluster/kubelet-status-mean"] = after.since(before)[timerKey{kubeletTimer, "podsandbox_status"}].mean()
 	rt, _, closeConn, err := node.CRI()
 	if err != nil {
 		return err
@@ -248,16 +235,12 @@ func (bc *benchCluster) fill(ctx context.Context, nodePods int, f map[string]flo
 	if err != nil {
 		return err
 	}
-	var seconds []float64
-	for _, sb := range sandboxes.GetItems() {
-		t := time.Now()
-		if _, err := rt.PodSandboxStatus(ctx, &criruntime.PodSandboxStatusRequest{PodSandboxId: sb.GetId()}); err != nil {
-			return err
-		}
-		seconds = append(seconds, time.Since(t).Seconds())
-	}
+	seconds, err := timeEach(len(sandboxes.GetItems()), 1, func(i int) error {
+		_, err := rt.PodSandboxStatus(ctx, &criruntime.PodSandboxStatusRequest{PodSandboxId: sandboxes.GetItems()[i].GetId()})
+		return err
+	})
 	f["Cluster/status-p50"], f["Cluster/status-p99"] = quantile(seconds, 0.5), quantile(seconds, 0.99)
-	return nil
+	return err
 }
 
 // clear deletes the Deployment fill, waits until its pods are gone, and removes the stopped
@@ -298,7 +281,7 @@ func removeStopped(ctx context.Context, node *cluster.NodeState) error {
 		if err != nil || len(resp.GetItems()) == 0 {
 			return err
 		}
-		_ = forEach(len(resp.GetItems()), 8, func(i int) error { // what fails is listed again
+		_, _ = timeEach(len(resp.GetItems()), 8, func(i int) error { // what fails is listed again
 			_, err := rt.RemovePodSandbox(ctx, &criruntime.RemovePodSandboxRequest{PodSandboxId: resp.GetItems()[i].GetId()})
 			return err
 		})
@@ -314,7 +297,7 @@ func (bc *benchCluster) histograms(ctx context.Context, nodes ...*cluster.NodeSt
 		if err != nil {
 			return nil, err
 		}
-		sum.plus(h)
+		sum.add(h, 1)
 		raw, err := bc.client.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", n.Name, "proxy", "metrics").DoRaw(ctx)
 		if err == nil {
 			h, err = parseHistograms(bytes.NewReader(raw))
@@ -322,7 +305,7 @@ func (bc *benchCluster) histograms(ctx context.Context, nodes ...*cluster.NodeSt
 		if err != nil {
 			return nil, fmt.Errorf("kubelet metrics of %s: %w", n.Name, err)
 		}
-		sum.plus(h)
+		sum.add(h, 1)
 	}
 	return sum, nil
 }

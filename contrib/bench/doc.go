@@ -121,12 +121,10 @@ func fillRegions(page string, regions map[string]string) (string, error) {
 func (s samples) summaryMarkdown(r *report) string {
 	rows, verdicts := s.targetRows()
 	var lines []string
-	i := 0
 	for k, t := range targets {
 		var parts []string
-		for range t.metrics {
-			row := rows[i]
-			parts, i = append(parts, fmt.Sprintf("%s %s, A/A %s: %s", row[1], row[2], row[3], row[5])), i+1
+		for _, row := range rows[k] {
+			parts = append(parts, fmt.Sprintf("%s %s, A/A %s: %s", row[1], row[2], row[3], row[5]))
 		}
 		line := fmt.Sprintf("- **%s**, (%s) ≤ %.2f × (%s): **%s**.", t.what, t.p.config, t.limit, t.p.base, verdicts[k])
 		if verdicts[k] != notMeasured {
@@ -159,14 +157,15 @@ func (r *report) runMarkdown(dir string) string {
 			notQuiet++
 		}
 	}
-	return fmt.Sprintf("Every figure below comes from [`report.json`](%s/report.json), the report of the run of %s to %s UTC "+
+	return fmt.Sprintf("Every figure below comes from [`report.json`](%s/report.json), the report of the run of %s to %s UTC (%.0f min) "+
 		"on %d × %s, %s RAM, kernel %s, %s; knext `%s`, upstream `%s`; %s. "+
 		"Settings: `-benchmarks %s -repeats %d -pods %d -duration %s -lifecycle-pods %d -scale-pods %d -cluster-nodes %d "+
 		"-cluster-pods %d -node-pods %d -max-load %.2f -max-redos %d -quiet-wait %s`. "+
-		"Of its %d timed phases, %d started before the machine was quiet; the share of the CPUs other processes used "+
-		"during a phase was %.0f%% at the median and %.0f%% at most.",
-		dir, r.Started.Format("2006-01-02 15:04"), r.Finished.Format("15:04"), m.CPUs, m.CPU, m.Memory,
+		"Of its %d timed phases, %d started before the machine was quiet (in the cluster part, quiet beyond the %.0f%% of the "+
+		"CPUs the idle clusters used); the share of the CPUs other processes used during a phase was %.0f%% at the median "+
+		"and %.0f%% at most.",
+		dir, r.Started.Format("2006-01-02 15:04"), r.Finished.Format("15:04"), r.Finished.Sub(r.Started).Minutes(), m.CPUs, m.CPU, m.Memory,
 		m.Kernel, m.Go, r.Binaries["knext"], r.Binaries["upstream"], deps, s.Benchmarks, s.Repeats, s.Pods, s.Duration,
 		s.LifecyclePods, s.ScalePods, s.ClusterNodes, s.ClusterPods, s.NodePods, s.MaxLoad, s.MaxRedos, s.QuietWait,
-		len(r.Phases), notQuiet, 100*quantile(loads, 0.5), 100*quantile(loads, 1))
+		len(r.Phases), notQuiet, 100*r.ClusterIdle, 100*quantile(loads, 0.5), 100*quantile(loads, 1))
 }

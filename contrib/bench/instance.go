@@ -165,14 +165,20 @@ func (in *instance) waitSynchronized(ctx context.Context) error {
 	return nil
 }
 
-// forEach calls fn(0..n-1), width at a time, and returns the first error.
-func forEach(n, width int, fn func(i int) error) error {
+// timeEach calls fn(0..n-1), width at a time: the seconds of each call, and the first error.
+func timeEach(n, width int, fn func(i int) error) ([]float64, error) {
 	var g errgroup.Group
 	g.SetLimit(width)
+	seconds := make([]float64, n)
 	for i := range n {
-		g.Go(func() error { return fn(i) })
+		g.Go(func() error {
+			start := time.Now()
+			err := fn(i)
+			seconds[i] = time.Since(start).Seconds()
+			return err
+		})
 	}
-	return g.Wait()
+	return seconds, g.Wait()
 }
 
 // checkPod checks that pod id is READY with an IP, and with an IP of each running status plugin:
@@ -199,20 +205,20 @@ func (in *instance) checkPod(ctx context.Context, id string) error {
 }
 
 func (in *instance) checkPods(ctx context.Context, ids []string) error {
-	return forEach(len(ids), stormWidth, func(i int) error { return in.checkPod(ctx, ids[i]) })
+	_, err := timeEach(len(ids), stormWidth, func(i int) error { return in.checkPod(ctx, ids[i]) })
+	return err
 }
 
 // startPods starts n pods, named by name, width at a time; it returns their IDs and the seconds
 // of each RunPodSandbox.
-func (in *instance) startPods(ctx context.Context, n, width int, name func(i int) string) (ids []string, seconds []float64, err error) {
-	ids, seconds = make([]string, n), make([]float64, n)
-	err = forEach(n, width, func(i int) error {
-		start := time.Now()
+func (in *instance) startPods(ctx context.Context, n, width int, name func(i int) string) ([]string, []float64, error) {
+	ids := make([]string, n)
+	seconds, err := timeEach(n, width, func(i int) error {
 		resp, err := in.h.Runtime.RunPodSandbox(ctx, &criruntime.RunPodSandboxRequest{Config: in.h.PodConfig(name(i))})
 		if err != nil {
 			return fmt.Errorf("run pod %s: %w", name(i), err)
 		}
-		ids[i], seconds[i] = resp.PodSandboxId, time.Since(start).Seconds()
+		ids[i] = resp.PodSandboxId
 		return nil
 	})
 	return ids, seconds, err
@@ -221,14 +227,7 @@ func (in *instance) startPods(ctx context.Context, n, width int, name func(i int
 // removePods stops and removes the pods, width at a time; it returns the seconds of each
 // StopPodSandbox + RemovePodSandbox.
 func (in *instance) removePods(ctx context.Context, ids []string, width int) ([]float64, error) {
-	seconds := make([]float64, len(ids))
-	err := forEach(len(ids), width, func(i int) error {
-		start := time.Now()
-		err := in.h.RemovePod(ctx, ids[i])
-		seconds[i] = time.Since(start).Seconds()
-		return err
-	})
-	return seconds, err
+	return timeEach(len(ids), width, func(i int) error { return in.h.RemovePod(ctx, ids[i]) })
 }
 
 // load calls call from width workers, each with its own sequence number, for d or until ctx ends:

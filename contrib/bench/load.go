@@ -24,10 +24,9 @@ type Phase struct {
 	// QuietWait is how long the phase waited for a quiet machine: -quiet-wait when it gave up.
 	QuietWait float64 `json:"quietWaitSeconds"`
 	Seconds   float64 `json:"seconds"`
-	// Load is the share of the machine's CPUs that went to other processes than the bench's
-	// during the phase: the machine's busy time less that of the bench's process tree, of the
-	// shims of the daemons under test with their pods, and of the kernel's threads and interrupts
-	// (which also tear down the pods' network namespaces).
+	// Load is the share of the CPUs that went to other processes during the phase: the machine's
+	// busy time less that of the bench's process tree, of the daemons' shims with their pods, and
+	// of the kernel's threads and interrupts (which also tear down the pods' network namespaces).
 	Load float64 `json:"load"`
 	// Own is the share the bench's processes and the kernel's threads used.
 	Own       float64 `json:"own"`
@@ -38,6 +37,9 @@ type Phase struct {
 type loadMeter struct {
 	fs    procfs.FS
 	shims map[string]bool // the daemons' shim binaries: their processes and children are the bench's
+	// ownIdle is the share of the CPUs the bench's own processes use while nothing is measured:
+	// running clusters keep their control planes and kubelets busy.
+	ownIdle float64
 }
 
 // cpuTimes are the CPU seconds of the machine's processes and those of each process of the
@@ -51,8 +53,6 @@ type cpuTimes struct {
 func busySeconds(c procfs.CPUStat) float64 {
 	return c.User + c.Nice + c.System + c.IRQ + c.SoftIRQ + c.Steal
 }
-
-func processSeconds(c procfs.CPUStat) float64 { return c.User + c.Nice + c.System + c.Steal }
 
 func (m *loadMeter) read() (cpuTimes, error) {
 	stat, err := m.fs.Stat()
@@ -102,9 +102,9 @@ func (t cpuTimes) shares(from cpuTimes) (others, own float64) {
 	return 0, 0
 }
 
-// settle waits until less than a tenth of the CPUs were busy in two 250 ms windows in a row, at
-// most -quiet-wait: what the previous phase left running is not billed to the next one. It
-// returns how long it waited.
+// settle waits until the CPUs were busy in two 250 ms windows in a row less than a tenth beyond
+// ownIdle, at most -quiet-wait: what the previous phase left running is not billed to the next
+// one. It returns how long it waited.
 func (m *loadMeter) settle(ctx context.Context, limit time.Duration) (time.Duration, error) {
 	start, quiet := time.Now(), 0
 	before, err := m.fs.Stat()
@@ -120,12 +120,28 @@ func (m *loadMeter) settle(ctx context.Context, limit time.Duration) (time.Durat
 		}
 		busy := busySeconds(after.CPUTotal) - busySeconds(before.CPUTotal)
 		idle := after.CPUTotal.Idle + after.CPUTotal.Iowait - before.CPUTotal.Idle - before.CPUTotal.Iowait
-		if busy >= 0.1*(busy+idle) { // interrupts left out of both
+		if busy >= (0.1+m.ownIdle)*(busy+idle) { // interrupts left out of both
 			quiet = -1
 		}
 		before = after
 	}
 	return time.Since(start), err
+}
+
+// measureOwnIdle measures ownIdle over 10 s, once the bench's long-running processes are up.
+func (m *loadMeter) measureOwnIdle(ctx context.Context) error {
+	from, err := m.read()
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(10 * time.Second):
+	}
+	to, err := m.read()
+	_, m.ownIdle = to.shares(from)
+	return err
 }
 
 // round is one attempt at a round of a part: its phases and its measurements, kept or discarded
@@ -173,23 +189,40 @@ func (r *round) pair(metric string, p pairing, n int, v, base float64, unit stri
 	if base > 0 {
 		values = append(values, value(v/base, ratioUnit))
 	}
-	r.add(fmt.Sprintf("%s/config=%s/base=%s", metric, p.config, p.base), n, values...)
+	r.add(pairName(metric, p), n, values...)
 }
 
-// pairFigures records each pairing's figures of the round (by configuration, then metric) against
-// its base's, metric by metric; those whose name ends in "share" are shares, the others seconds.
-func (r *round) pairFigures(pairs []pairing, figures map[string]map[string]float64, n int) {
-	for _, p := range pairs {
-		if own, base := figures[p.config], figures[p.base]; own != nil && base != nil {
-			for _, metric := range slices.Sorted(maps.Keys(own)) {
-				unit := secPerOp
-				if strings.HasSuffix(metric, "share") {
-					unit = "share"
+// measureTurns measures -repeats rounds of part: in each, every configuration of keys in turn, in
+// a rotating order, and each pairing's figures (by metric) against its base's, of iterations
+// each; metrics whose name ends in "share" are shares, the others seconds.
+func (r *report) measureTurns(part string, keys []string, pairs []pairing, iterations int,
+	measure func(rd *round, key string) (map[string]float64, error)) error {
+	for n := 1; n <= r.Settings.Repeats; n++ {
+		err := r.measureRound(part, n, func(rd *round) error {
+			figures := map[string]map[string]float64{}
+			for _, key := range rotated(keys, n) {
+				f, err := measure(rd, key)
+				if err != nil {
+					return fmt.Errorf("%s: %w", key, err)
 				}
-				r.pair(metric, p, n, own[metric], base[metric], unit)
+				figures[key] = f
 			}
+			for _, p := range pairs {
+				for _, metric := range slices.Sorted(maps.Keys(figures[p.config])) {
+					unit := secPerOp
+					if strings.HasSuffix(metric, "share") {
+						unit = "share"
+					}
+					rd.pair(metric, p, iterations, figures[p.config][metric], figures[p.base][metric], unit)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 	}
+	return nil
 }
 
 // measureRound measures round n of part. A round whose phases saw other processes use more than

@@ -122,7 +122,7 @@ func main() {
 	flag.IntVar(&s.Repeats, "repeats", 6, "rounds of every part (6 is the fewest with a 95% interval of a median)")
 	flag.IntVar(&s.Pods, "pods", 20, "running pods of each single-node configuration")
 	flag.DurationVar(&s.Duration, "duration", time.Second, "PodSandboxStatus per variant, side and round")
-	flag.IntVar(&s.LifecyclePods, "lifecycle-pods", 16, "pods started and removed per side, round and concurrency")
+	flag.IntVar(&s.LifecyclePods, "lifecycle-pods", 8, "pods started and removed per side, round and concurrency")
 	flag.IntVar(&s.ScalePods, "scale-pods", 110, "pods of each scale configuration")
 	flag.IntVar(&s.ClusterNodes, "cluster-nodes", 3, "nodes of each cluster")
 	flag.IntVar(&s.ClusterPods, "cluster-pods", 100, "pods of the cluster part's Deployment")
@@ -179,14 +179,12 @@ func run(ctx context.Context, s settings) error {
 		return errors.Join(runErr, err)
 	}
 	log.Printf("bench: report written to %s", s.Out)
-	if runErr == nil {
-		tables, err := r.tables()
-		if err != nil {
-			return err
-		}
-		for _, t := range tables {
-			fmt.Println(t.markdown())
-		}
+	if runErr != nil {
+		return runErr
 	}
-	return runErr
+	tables, err := r.tables()
+	for _, t := range tables {
+		fmt.Println(t.markdown())
+	}
+	return err
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
-	"slices"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -31,12 +29,9 @@ var latencyMetrics = map[string][3]string{
 
 type timerKey struct{ plugin, operation string }
 
-// histogram is one latency histogram, its series of a plugin and operation summed: calls,
-// seconds, and the cumulative calls of each bucket by its upper bound.
-type histogram struct {
-	count, sum float64
-	buckets    map[float64]float64
-}
+// histogram is one latency histogram, its series of a plugin and operation summed: calls and
+// seconds. Its buckets are too coarse for quantiles of fast calls: the kubelet's first ends at 5 ms.
+type histogram struct{ count, sum float64 }
 
 // histograms are the latencyMetrics at one moment, by plugin and operation.
 type histograms map[timerKey]histogram
@@ -60,10 +55,7 @@ func parseHistograms(r io.Reader) (histograms, error) {
 				}
 			}
 			h := series.GetHistogram()
-			hs.add(k, histogram{count: float64(h.GetSampleCount()), sum: h.GetSampleSum(), buckets: map[float64]float64{}}, 1)
-			for _, b := range h.GetBucket() {
-				hs[k].buckets[b.GetUpperBound()] += float64(b.GetCumulativeCount())
-			}
+			hs.add(histograms{k: {count: float64(h.GetSampleCount()), sum: h.GetSampleSum()}}, 1)
 		}
 	}
 	return hs, nil
@@ -85,34 +77,17 @@ func fetchHistograms(ctx context.Context, url string) (histograms, error) {
 	return parseHistograms(resp.Body)
 }
 
-// add adds sign × h to hs[k].
-func (hs histograms) add(k timerKey, h histogram, sign float64) {
-	sum := hs[k]
-	sum.count, sum.sum = sum.count+sign*h.count, sum.sum+sign*h.sum
-	if sum.buckets == nil {
-		sum.buckets = map[float64]float64{}
-	}
-	for bound, calls := range h.buckets {
-		sum.buckets[bound] += sign * calls
-	}
-	hs[k] = sum
-}
-
-// plus sums other into hs (the nodes of a cluster).
-func (hs histograms) plus(other histograms) histograms {
+// add adds sign × other to hs (the nodes of a cluster, or a difference) and returns hs.
+func (hs histograms) add(other histograms, sign float64) histograms {
 	for k, h := range other {
-		hs.add(k, h, 1)
+		hs[k] = histogram{count: hs[k].count + sign*h.count, sum: hs[k].sum + sign*h.sum}
 	}
 	return hs
 }
 
 // since returns the calls made between from and hs.
 func (hs histograms) since(from histograms) histograms {
-	delta := histograms{}.plus(hs)
-	for k, h := range from {
-		delta.add(k, h, -1)
-	}
-	return delta
+	return histograms{}.add(hs, 1).add(from, -1)
 }
 
 // pluginCalls counts the calls of operation to every plugin but CNI and the kubelet.
@@ -132,15 +107,4 @@ func (h histogram) mean() float64 {
 		return 0
 	}
 	return h.sum / h.count
-}
-
-// bound is the upper bound of the bucket the q-quantile falls into: as finely as the histogram
-// tells it.
-func (h histogram) bound(q float64) float64 {
-	bounds := slices.Sorted(maps.Keys(h.buckets))
-	i := slices.IndexFunc(bounds, func(b float64) bool { return h.buckets[b] >= q*h.count })
-	if i < 0 || h.count <= 0 {
-		return 0
-	}
-	return bounds[i]
 }

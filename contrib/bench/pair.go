@@ -26,20 +26,13 @@ const (
 // 1001 1001... in even ones, so that neither side is always first after the wait for quiet.
 func sideOf(k, round int) int { return ((k+1)/2 + round + 1) % 2 }
 
-type variant struct {
-	concurrency int
-	verbose     bool
-}
-
-func (v variant) String() string {
-	if v.verbose {
-		return fmt.Sprintf("c%d-verbose", v.concurrency)
-	}
-	return fmt.Sprintf("c%d", v.concurrency)
-}
-
+// variants are the PodSandboxStatus variants: in flight at once, and verbose (crictl inspectp).
 var (
-	variants        = []variant{{1, false}, {stormWidth, false}, {1, true}, {stormWidth, true}}
+	variants = []struct {
+		name        string
+		concurrency int
+		verbose     bool
+	}{{"c1", 1, false}, {"c16", stormWidth, false}, {"c1-verbose", 1, true}, {"c16-verbose", stormWidth, true}}
 	lifecycleWidths = []int{1, 8}
 )
 
@@ -146,13 +139,13 @@ func (pr *pairRun) measureStatus(ctx context.Context) error {
 			}
 			after, fetchErr := fetchHistograms(ctx, pr.sides[1].metrics)
 			if err = errors.Join(err, fetchErr); err != nil {
-				return fmt.Errorf("(%s) against (%s) %s: %w", pr.config, pr.base, v, err)
+				return fmt.Errorf("(%s) against (%s) %s: %w", pr.config, pr.base, v.name, err)
 			}
 			for j := range p50[0] {
-				pr.pair("Status/"+v.String(), pr.pairing, calls/len(p50[1]), p50[1][j], p50[0][j], secPerOp)
+				pr.pair("Status/"+v.name, pr.pairing, calls/len(p50[1]), p50[1][j], p50[0][j], secPerOp)
 			}
 			// The status plugins' calls per query (NRI's metrics, S8): the queries go through NRI.
-			pr.add(fmt.Sprintf("PluginCalls/%s/config=%s", v, pr.config), calls,
+			pr.add(fmt.Sprintf("PluginCalls/%s/config=%s", v.name, pr.config), calls,
 				value(float64(after.since(before).pluginCalls("PodSandboxStatus"))/float64(calls), "calls/op"))
 		}
 		return nil

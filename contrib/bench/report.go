@@ -31,9 +31,11 @@ type report struct {
 	Phases                []Phase  `json:"phases"`
 	// Redone counts the rounds measured again for the load; KeptLoaded those kept after
 	// -max-redos attempts.
-	Redone     int      `json:"redone"`
-	KeptLoaded int      `json:"keptLoaded"`
-	Results    []string `json:"results"`
+	Redone     int `json:"redone"`
+	KeptLoaded int `json:"keptLoaded"`
+	// ClusterIdle is the share of the CPUs the idle clusters used: the cluster part's quiet floor.
+	ClusterIdle float64  `json:"clusterIdle"`
+	Results     []string `json:"results"`
 
 	meter *loadMeter
 }

@@ -89,12 +89,14 @@ func (s samples) absolute(metric, key, unit string) *benchmath.Summary {
 	return summarize(values)
 }
 
-// compare is benchmath's test of whether two samples of ratios differ (Mann-Whitney U): its p-value.
-func (s samples) compare(metric string, a, b pairing) (benchmath.Comparison, bool) {
-	x, y := s[pairName(metric, a)][ratioUnit], s[pairName(metric, b)][ratioUnit]
+// compare is benchmath's test of whether config's ratios to base in metric differ from those of
+// the pairing aa (Mann-Whitney U), or nil without values.
+func (s samples) compare(metric string, aa, p pairing) *benchmath.Comparison {
+	x, y := s[pairName(metric, aa)][ratioUnit], s[pairName(metric, p)][ratioUnit]
 	if len(x) == 0 || len(y) == 0 {
-		return benchmath.Comparison{}, false
+		return nil
 	}
-	thresholds := &benchmath.DefaultThresholds
-	return benchmath.AssumeNothing.Compare(benchmath.NewSample(slices.Clone(x), thresholds), benchmath.NewSample(slices.Clone(y), thresholds)), true
+	c := benchmath.AssumeNothing.Compare(benchmath.NewSample(slices.Clone(x), &benchmath.DefaultThresholds),
+		benchmath.NewSample(slices.Clone(y), &benchmath.DefaultThresholds))
+	return &c
 }

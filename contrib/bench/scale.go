@@ -24,23 +24,13 @@ var (
 func runScale(ctx context.Context, s settings, rep *report) error {
 	configs := slices.DeleteFunc(configurations(), func(c configuration) bool { return !slices.Contains(scaleConfigs, c.Key) })
 	return withInstances(ctx, s, configs, s.ScalePods, func(instances map[string]*instance) error {
-		for n := 1; n <= s.Repeats; n++ {
-			err := rep.measureRound("scale", n, func(r *round) error {
-				figures := map[string]map[string]float64{}
-				for _, c := range rotated(configs, n) {
-					in := instances[c.Key]
-					if err := r.phase(ctx, "scale "+c.Key, func() (err error) { figures[c.Key], err = in.measureScale(ctx); return err }); err != nil {
-						return fmt.Errorf("configuration %s: %w\n%s", c.Key, err, in.h.LogTail(20))
-					}
-				}
-				r.pairFigures(scalePairs, figures, s.ScalePods)
-				return nil
-			})
-			if err != nil {
-				return err
+		return rep.measureTurns("scale", scaleConfigs, scalePairs, s.ScalePods, func(r *round, key string) (f map[string]float64, err error) {
+			in := instances[key]
+			if err = r.phase(ctx, "scale "+key, func() (err error) { f, err = in.measureScale(ctx); return err }); err != nil {
+				err = fmt.Errorf("%w\n%s", err, in.h.LogTail(20))
 			}
-		}
-		return nil
+			return f, err
+		})
 	})
 }
 

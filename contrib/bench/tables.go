@@ -108,24 +108,25 @@ func cell(s *benchmath.Summary) string {
 	return strings.NewReplacer("+Inf", "∞", "-Inf", "-∞").Replace(fmt.Sprintf("%.2f [%.2f–%.2f]", s.Center, s.Lo, s.Hi))
 }
 
-// targetRows are a row per metric of each target: the ratio, the A/A pair's, benchmath's test of
-// whether they differ, and the verdict; and each target's overall verdict.
-func (s samples) targetRows() (rows [][]string, verdicts []string) {
+// targetRows are, for each target, a row per metric: the ratio, the A/A pair's, benchmath's test
+// of whether they differ, and the verdict; and each target's overall verdict.
+func (s samples) targetRows() (rows [][][]string, verdicts []string) {
 	for _, t := range targets {
 		var vs []string
+		var own [][]string
 		for _, m := range t.metrics {
 			ratio, aa := s.ratio(m, t.p), s.ratio(m, aaPair)
 			v, p := judge(ratio, aa, t.limit), "–"
-			if c, ok := s.compare(m, aaPair, t.p); ok {
+			if c := s.compare(m, aaPair, t.p); c != nil {
 				p = fmt.Sprintf("%.3f (n=%d+%d)", c.P, c.N1, c.N2)
 			}
 			name := ""
 			if len(vs) == 0 {
 				name = fmt.Sprintf("%s: (%s) ≤ %.2f × (%s)", t.what, t.p.config, t.limit, t.p.base)
 			}
-			vs, rows = append(vs, v), append(rows, []string{name, m, cell(ratio), cell(aa), p, v})
+			vs, own = append(vs, v), append(own, []string{name, m, cell(ratio), cell(aa), p, v})
 		}
-		verdicts = append(verdicts, overall(vs))
+		rows, verdicts = append(rows, own), append(verdicts, overall(vs))
 	}
 	return rows, verdicts
 }
@@ -179,45 +180,37 @@ func (r *report) tables() ([]Table, error) {
 		return nil, err
 	}
 	targetRows, _ := s.targetRows()
-	var statusCols, lifecycleCols []column
-	for _, m := range statusMetrics {
-		statusCols = append(statusCols, column{metric: m, header: strings.TrimPrefix(m, "Status/") + " p50 ms", scale: 1e3, format: "%.3f"})
-	}
-	statusCols = append(statusCols, column{metric: "PluginCalls/c1", header: "plugin calls per query", scale: 1, format: "%.2f",
-		unit: "calls/op", absolute: true})
-	for _, m := range lifecycleMetrics {
-		lifecycleCols = append(lifecycleCols, column{metric: m, header: strings.Replace(m, "/", " ", 1) + " ms", scale: 1e3, format: "%.1f"})
-	}
-	clusterCols := map[string][]column{}
-	for i, metric := range clusterFigures {
-		name := strings.TrimPrefix(metric, "Cluster/")
-		c, id := column{metric: metric, header: name + " ms", scale: 1e3, format: "%.0f"}, "cluster"
-		switch name {
-		case "network-share":
-			c.header, c.scale, c.unit = "% of RunPodSandbox", 100, "share"
-		case "update", "fill":
-			c.header, c.scale, c.format = name+" s", 1, "%.1f"
+	// columns are the metrics' medians in ms, headed by their name without the part's prefix.
+	columns := func(prefix, suffix, format string, metrics ...string) (cols []column) {
+		for _, m := range metrics {
+			cols = append(cols, column{metric: m, header: strings.TrimPrefix(m, prefix) + suffix, scale: 1e3, format: format})
 		}
-		if i >= slices.Index(clusterFigures, "Cluster/kubelet-status-mean") {
-			id = "cluster-node"
-		}
-		clusterCols[id] = append(clusterCols[id], c)
+		return cols
 	}
+	seconds := func(metric, header, format string) column {
+		return column{metric: metric, header: header + " s", scale: 1, format: format}
+	}
+	statusCols := append(columns("Status/", " p50 ms", "%.3f", statusMetrics...), column{metric: "PluginCalls/c1",
+		header: "plugin calls per query", scale: 1, format: "%.2f", unit: "calls/op", absolute: true})
+	clusterCols := append(columns("Cluster/", " ms", "%.0f", clusterFigures[:4]...),
+		seconds("Cluster/update", "update", "%.1f"), seconds("Cluster/fill", "fill", "%.1f"))
+	nodeCols := append(columns("Cluster/", " ms", "%.2f", clusterFigures[6:11]...), column{metric: "Cluster/network-share",
+		header: "% of RunPodSandbox", scale: 100, format: "%.0f", unit: "share"})
 	clusterPairs, c := []pairing{{cfgUpstream, cfgKnext}, aaPair}, r.Settings
 	return []Table{
 		{ID: "targets", Title: "Targets: the median ratio over every paired measurement, its 95% interval, the A/A pair's, " +
 			"and benchmath's p-value that the two differ", Header: []string{"target", "metric", "ratio [95% CI]", "A/A [95% CI]", "p (vs A/A)", "verdict"},
-			Rows: targetRows},
+			Rows: slices.Concat(targetRows...)},
 		s.pairTable("status", "PodSandboxStatus p50 in ms, and the paired ratio to the base", statusPairs, statusCols),
-		s.pairTable("lifecycle", "Pod start and removal p50 in ms, and the paired ratio to the base", lifecyclePairs, lifecycleCols),
+		s.pairTable("lifecycle", "Pod start and removal p50 in ms, and the paired ratio to the base", lifecyclePairs,
+			columns("", " ms", "%.1f", lifecycleMetrics...)),
 		s.pairTable("scale", fmt.Sprintf("%d pods per configuration, each restarted once a round", c.ScalePods), scalePairs, []column{
 			{metric: "ScaleSweep", header: "status sweep ms", scale: 1e3, format: "%.1f"},
-			{metric: "RestartReady", header: "restart: CRI ready s", scale: 1, format: "%.2f"},
-			{metric: "RestartAnswered", header: "every pod answered s", scale: 1, format: "%.2f"}}),
+			seconds("RestartReady", "restart: CRI ready", "%.2f"), seconds("RestartAnswered", "every pod answered", "%.2f")}),
 		s.pairTable("cluster", fmt.Sprintf("A Deployment of %d pods on %d-node clusters: a new template rolled out (per pod, p50 "+
 			"and p99; the update until complete), and the fill of one node to %d pods", c.ClusterPods, c.ClusterNodes, c.NodePods),
-			clusterPairs, clusterCols["cluster"]),
-		s.pairTable("cluster-node", fmt.Sprintf("The node filled to %d pods: PodSandboxStatus by the kubelet's histogram (its mean, and the "+
-			"bound of the bucket of its p99) and over CRI; the network's setup per pod and its share of the kubelet's RunPodSandbox", c.NodePods), clusterPairs, clusterCols["cluster-node"]),
+			clusterPairs, clusterCols),
+		s.pairTable("cluster-node", fmt.Sprintf("The node filled to %d pods: PodSandboxStatus by the kubelet's histogram (its mean) and over "+
+			"CRI (p50, p99); the network's setup per pod and its share of the kubelet's RunPodSandbox", c.NodePods), clusterPairs, nodeCols),
 	}, nil
 }
