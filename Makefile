@@ -58,7 +58,7 @@ RELEASE_DIR := $(BUILD)/release
 export KNEXT_RELEASE := $(RELEASE_DIR)/knext-$(TAG)-linux-$(shell go env GOARCH).tar.gz
 
 .PHONY: upstream-check all src build upstream images kubelet cluster-tools cluster-images cluster cluster-down release demo test \
-	integration bench bench-doc conformance k8s-conformance k8s-conformance-subset patches verify verify-proto verify-series upstream-branches upstream-ci clean
+	integration bench bench-cluster bench-doc conformance k8s-conformance k8s-conformance-subset patches verify verify-proto verify-series upstream-branches upstream-ci clean
 all: build
 
 src: $(SRC_STAMP)
@@ -136,8 +136,10 @@ test: build upstream images kubelet release cluster-images
 
 BENCH := $(BUILD)/bench
 # knext against upstream containerd, in one run (docs/performance.md): PodSandboxStatus cost, pod
-# lifecycle with CNI and CNI-less, scale, a cluster of each. Not part of `make test`. Tune it with
-# BENCH_FLAGS, e.g. BENCH_FLAGS="-repeats 3 -benchmarks lifecycle".
+# lifecycle with CNI and CNI-less, scale, and a cluster of each runtime, paired and interleaved
+# round by round, with 95% intervals and an A/A pair. Not part of `make test`. Tune it with
+# BENCH_FLAGS, e.g. BENCH_FLAGS="-repeats 8 -benchmarks lifecycle"; `make bench-cluster` runs the
+# cluster part alone.
 bench: build upstream images cluster-images
 	@contrib/ci/check-deps.sh
 	go build -o $(BENCH)/knext-bench ./contrib/bench
@@ -145,11 +147,14 @@ bench: build upstream images cluster-images
 	$(BENCH)/knext-bench -knext $(BIN)/containerd -upstream $(UPSTREAM_BIN)/containerd \
 		-plugin $(BENCH)/statusplugin -nri-bridge $(BIN)/nri-bridge -out $(BENCH)/report.json $(BENCH_FLAGS)
 
-# docs/performance.md's tables, its plots and its committed report from a report of `make bench`
-# (BENCH_REPORT, by default the last run's).
+bench-cluster:
+	@$(MAKE) --no-print-directory bench BENCH_FLAGS="-benchmarks cluster $(BENCH_FLAGS)"
+
+# docs/performance.md's tables, verdicts, short answer and plots, and its committed report, from a
+# report of `make bench` (BENCH_REPORT, by default the last run's).
 BENCH_REPORT ?= $(BENCH)/report.json
 bench-doc:
-	go run ./contrib/bench doc -report $(BENCH_REPORT) -page docs/performance.md -out docs/performance
+	go run ./contrib/bench doc -report $(BENCH_REPORT)
 
 # The CRI validation suite (critest) against upstream containerd with CNI, knext with CNI and knext
 # CNI-less with nri-bridge, in one run, compared (docs/conformance.md); not part of `make test`.

@@ -1,168 +1,155 @@
 package main
 
 import (
-	"bytes"
 	"flag"
 	"fmt"
-	"html"
-	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/knext-dev/knext/internal/docregion"
 )
 
-// docMain is `knext-bench doc`: the tables of a report into the page's regions, the plots and the
-// report itself next to it, so that every figure of the page comes from the committed report.
+// docMain is `knext-bench doc -report FILE`, run in the repository: the report's tables, verdicts
+// and prose into docs/performance.md's regions, the plots and the report itself into
+// docs/performance, so that every figure and verdict of the page comes from the committed report.
 func docMain(args []string) error {
 	fs := flag.NewFlagSet("doc", flag.ExitOnError)
 	reportPath := fs.String("report", "build/bench/report.json", "the bench's report")
-	page := fs.String("page", "docs/performance.md", "the page whose regions <!-- bench:ID --> ... <!-- /bench:ID --> are rewritten")
-	out := fs.String("out", "docs/performance", "where the report and the plots (status.svg, lifecycle.svg) go")
 	_ = fs.Parse(args) // ExitOnError: a wrong flag exits
 	r, err := readReport(*reportPath)
+	if err == nil {
+		err = r.write(filepath.Join("docs", "performance", "report.json"))
+	}
 	if err != nil {
 		return err
 	}
-	committed := filepath.Join(*out, "report.json")
-	if err := r.write(committed); err != nil {
+	regions, plots, err := render(r, "performance")
+	if err != nil {
 		return err
 	}
-	keys := configKeys(r.Configurations)
-	for name, svg := range map[string][]byte{
-		"status.svg": barChart("PodSandboxStatus p50, ms (log scale)", true, keys, r.p50Columns(statusFigures(variants[:2]), " p50 ms", "%.3f", false)),
-		"lifecycle.svg": barChart("Pod start (RunPodSandbox) and removal (StopPodSandbox + RemovePodSandbox) p50, ms", false,
-			keys, r.p50Columns(lifecycleFigures(), " ms", "%.1f", false)),
-	} {
-		if err := os.WriteFile(filepath.Join(*out, name), svg, 0o644); err != nil {
+	for name, svg := range plots {
+		if err := os.WriteFile(filepath.Join("docs", "performance", name), svg, 0o644); err != nil {
 			return err
 		}
 	}
-	link, err := filepath.Rel(filepath.Dir(*page), committed)
+	text, err := os.ReadFile(filepath.Join("docs", "performance.md"))
+	page := ""
+	if err == nil {
+		page, err = docregion.Fill(string(text), "bench", regions)
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("docs/performance.md: %w", err)
 	}
-	regions := map[string]string{"run": r.runMarkdown(link)}
-	for _, t := range r.tables() {
-		regions[t.ID] = t.markdown()
-	}
-	return docregion.FillFile(*page, "bench", regions)
+	return os.WriteFile(filepath.Join("docs", "performance.md"), []byte(page), 0o644)
 }
 
-// runMarkdown says which run the figures come from (its report at link): date, machine, binaries
-// and settings.
-func (r *report) runMarkdown(link string) string {
+// pageRegions are the regions of docs/performance.md that render fills.
+var pageRegions = []string{"run", "summary", "targets", "status", "lifecycle", "scale", "cluster", "cluster-node"}
+
+// render returns the page's regions and plots (by file name) for report r, whose directory is at
+// dir from the page; without a report, every region says so.
+func render(r *report, dir string) (map[string]string, map[string][]byte, error) {
+	regions := map[string]string{}
+	if r == nil {
+		for _, id := range pageRegions {
+			regions[id] = "No report yet: run `make bench`, then `make bench-doc`."
+		}
+		return regions, nil, nil
+	}
+	s, err := parseSamples(r.Results)
+	if err != nil {
+		return nil, nil, err
+	}
+	tables, err := r.tables()
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, t := range tables {
+		regions[t.ID] = t.markdown()
+	}
+	regions["run"] = r.runMarkdown(dir)
+	regions["summary"] = s.summaryMarkdown(r)
+	rowsOf := func(p pairing, metrics []string, limit float64) (rows []plotRow) {
+		for _, m := range metrics {
+			rows = append(rows, plotRow{fmt.Sprintf("(%s) %s", p.config, m), s.ratio(m, p), s.ratio(m, aaPair), limit})
+		}
+		return rows
+	}
+	var targetRows, statusRows []plotRow
+	for _, t := range targets {
+		targetRows = append(targetRows, rowsOf(t.p, t.metrics, t.limit)...)
+	}
+	for _, p := range statusPairs[:len(statusPairs)-1] { // the last is the A/A pair
+		statusRows = append(statusRows, rowsOf(p, statusMetrics, 0)...)
+	}
+	plots := map[string][]byte{}
+	for _, p := range []struct {
+		id, title string
+		rows      []plotRow
+	}{
+		{"targets", "Targets: ratio to the base (median, 95% interval), the A/A pair's interval (grey), the limit (red)", targetRows},
+		{"status", "PodSandboxStatus p50: ratio to upstream's, the A/A pair's interval (grey)", statusRows},
+		{"cluster", "Cluster: knext's ratio to upstream's, the A/A pair's interval (grey)", rowsOf(pairing{cfgUpstream, cfgKnext}, clusterFigures, 0)},
+	} {
+		if plots[p.id+".svg"], err = ratioPlot(p.title, p.rows); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", p.id, err)
+		}
+		regions[p.id] = fmt.Sprintf("![%s](%s/%s.svg)\n\n%s", p.title, dir, p.id, regions[p.id])
+	}
+	return regions, plots, nil
+}
+
+// summaryMarkdown is the page's short answer: each target's verdict with its figures, and how
+// many rounds the load made the bench measure again.
+func (s samples) summaryMarkdown(r *report) string {
+	rows, verdicts := s.targetRows()
+	var lines []string
+	for k, t := range targets {
+		var parts []string
+		for _, row := range rows[k] {
+			parts = append(parts, fmt.Sprintf("%s %s, A/A %s: %s", row[1], row[2], row[3], row[5]))
+		}
+		line := fmt.Sprintf("- **%s**, (%s) ≤ %.2f × (%s): **%s**.", t.what, t.p.config, t.limit, t.p.base, verdicts[k])
+		if verdicts[k] != notMeasured {
+			line += " " + strings.Join(parts, "; ") + "."
+		}
+		lines = append(lines, line)
+	}
+	kept := ""
+	if r.KeptLoaded > 0 {
+		kept = fmt.Sprintf(" %d rounds were kept loaded after %d attempts each.", r.KeptLoaded, r.Settings.MaxRedos+1)
+	}
+	lines = append(lines, fmt.Sprintf("- **The load**: %d rounds were discarded and measured again because other processes used "+
+		"more than %.0f%% of the CPUs during one of their phases.%s", r.Redone, 100*r.Settings.MaxLoad, kept))
+	return strings.Join(lines, "\n")
+}
+
+// runMarkdown says which run the figures come from (its report in dir): date, machine, binaries,
+// settings and the load.
+func (r *report) runMarkdown(dir string) string {
 	m, s := r.Machine, r.Settings
 	deps := "both daemons link the same versions of every module but containerd and NRI"
 	if len(r.DependencyDifferences) > 0 {
 		deps = "the daemons link other versions of: " + strings.Join(r.DependencyDifferences, "; ")
 	}
-	busy := 0
-	for _, run := range r.Pairs {
-		for _, w := range run.QuietWaits {
-			if !w.Quiet {
-				busy++
-			}
+	var loads []float64
+	notQuiet := 0
+	for _, p := range r.Phases {
+		loads = append(loads, p.Load)
+		if p.QuietWait >= r.Settings.QuietWait.Seconds() {
+			notQuiet++
 		}
 	}
-	return fmt.Sprintf("Every figure below comes from [`%s`](%[1]s), the report of the run of %s to %s UTC "+
-		"on %d × %s, %s RAM, kernel %s, %s (load average %s at the start); knext `%s`, upstream `%s`; %s. "+
-		"Settings: `-benchmarks %s -repeats %d -pods %d -duration %s -lifecycle-pods %d -scale-pods %d -scale-repeats %d -cluster-pods %d`. "+
-		"%d timed phases started on a busy machine (the wait for a quiet one gives up after 15 s).",
-		link, r.Started.Format("2006-01-02 15:04"), r.Finished.Format("15:04"), m.CPUs, m.CPU, m.Memory,
-		m.Kernel, m.Go, m.Load, r.Binaries["knext"], r.Binaries["upstream"], deps, s.Benchmarks, s.Repeats, s.Pods, s.Duration,
-		s.LifecyclePods, s.ScalePods, s.ScaleRepeats, s.ClusterPods, busy)
-}
-
-// barChart draws the medians of each column (a series, one colour) for each configuration of keys
-// (a group of bars) as horizontal bars, on a linear or a logarithmic axis.
-func barChart(title string, logScale bool, keys []string, cols []column) []byte {
-	const width, left, right, bar, gap, top = 760.0, 170.0, 60.0, 11.0, 10.0, 56.0
-	colours := []string{"#4e79a7", "#f28e2b", "#59a14f", "#e15759"}
-	var names []string
-	var rows [][]float64 // the medians of names[i]
-	lo, hi := math.Inf(1), 0.0
-	for _, key := range keys {
-		var row []float64
-		for _, c := range cols {
-			v := 0.0
-			if s := spread(c.values(key)); s != nil {
-				v, lo, hi = s.Median, min(lo, s.Median), max(hi, s.Median)
-			}
-			row = append(row, v)
-		}
-		if slices.ContainsFunc(row, func(v float64) bool { return v > 0 }) {
-			names, rows = append(names, key), append(rows, row)
-		}
-	}
-	if len(rows) == 0 { // an empty plot, with an axis all the same
-		lo, hi = 1, 1
-	}
-	scale, ticks := linearAxis(hi)
-	if logScale {
-		scale, ticks = logAxis(lo, hi)
-	}
-	plot := width - left - right
-	height := top + float64(len(rows))*(float64(len(cols))*bar+gap) + 30
-	var b bytes.Buffer
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="11">`+"\n", width, height)
-	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/><text x="10" y="18" font-size="13" font-weight="bold">%s</text>`+"\n", html.EscapeString(title))
-	for i, x := 0, left; i < len(cols); i, x = i+1, x+30+6.5*float64(len(cols[i].header)) {
-		fmt.Fprintf(&b, `<rect x="%.0f" y="28" width="10" height="10" fill="%s"/><text x="%.0f" y="37">%s</text>`+"\n", x, colours[i%len(colours)], x+14, html.EscapeString(cols[i].header))
-	}
-	bottom := height - 30
-	for _, t := range ticks {
-		x := left + scale(t)*plot
-		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" stroke="#ddd"/><text x="%.1f" y="%.0f" text-anchor="middle">%g</text>`+"\n", x, top-6, x, bottom, x, bottom+14, t)
-	}
-	y := top
-	for j, row := range rows {
-		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" text-anchor="end">%s</text>`+"\n", left-8, y+float64(len(cols))*bar/2+4, html.EscapeString(names[j]))
-		for i, v := range row {
-			if v > 0 {
-				w := max(1, scale(v)*plot)
-				label := fmt.Sprintf("%.3g", v)
-				if v >= 100 {
-					label = fmt.Sprintf("%.0f", v)
-				}
-				fmt.Fprintf(&b, `<rect x="%.0f" y="%.1f" width="%.1f" height="%.0f" fill="%s"/><text x="%.1f" y="%.1f">%s</text>`+"\n",
-					left, y, w, bar-1, colours[i%len(colours)], left+w+3, y+bar-2, label)
-			}
-			y += bar
-		}
-		y += gap
-	}
-	b.WriteString("</svg>\n")
-	return b.Bytes()
-}
-
-// linearAxis maps 0..hi, rounded up to a step of 1, 2 or 5 times a power of ten, onto 0..1, with
-// at most 6 ticks.
-func linearAxis(hi float64) (func(float64) float64, []float64) {
-	step := math.Pow(10, math.Floor(math.Log10(hi/5)))
-	for _, m := range []float64{1, 2, 5, 10} {
-		if 5*m*step >= hi {
-			step *= m
-			break
-		}
-	}
-	n := math.Ceil(hi / step)
-	var ticks []float64
-	for i := 0.0; i <= n; i++ {
-		ticks = append(ticks, i*step)
-	}
-	return func(v float64) float64 { return v / (n * step) }, ticks
-}
-
-// logAxis maps the powers of ten around lo..hi onto 0..1, with a tick at each.
-func logAxis(lo, hi float64) (func(float64) float64, []float64) {
-	from, to := math.Floor(math.Log10(lo)), math.Ceil(math.Log10(hi))
-	to = max(to, from+1)
-	var ticks []float64
-	for e := from; e <= to; e++ {
-		ticks = append(ticks, math.Pow(10, e))
-	}
-	return func(v float64) float64 { return (math.Log10(v) - from) / (to - from) }, ticks
+	return fmt.Sprintf("Every figure below comes from [`report.json`](%s/report.json), the report of the run of %s to %s UTC (%.0f min) "+
+		"on %d × %s, %s RAM, kernel %s, %s; knext `%s`, upstream `%s`; %s. "+
+		"Settings: `-benchmarks %s -repeats %d -pods %d -duration %s -lifecycle-pods %d -scale-pods %d -cluster-nodes %d "+
+		"-cluster-pods %d -node-pods %d -max-load %.2f -max-redos %d -quiet-wait %s`. "+
+		"Of its %d timed phases, %d started before the machine was quiet (in the cluster part, quiet beyond the %.0f%% of the "+
+		"CPUs the idle clusters used); the share of the CPUs other processes used during a phase was %.0f%% at the median "+
+		"and %.0f%% at most.",
+		dir, r.Started.Format("2006-01-02 15:04"), r.Finished.Format("15:04"), r.Finished.Sub(r.Started).Minutes(), m.CPUs, m.CPU, m.Memory,
+		m.Kernel, m.Go, r.Binaries["knext"], r.Binaries["upstream"], deps, s.Benchmarks, s.Repeats, s.Pods, s.Duration,
+		s.LifecyclePods, s.ScalePods, s.ClusterNodes, s.ClusterPods, s.NodePods, s.MaxLoad, s.MaxRedos, s.QuietWait,
+		len(r.Phases), notQuiet, 100*r.ClusterIdle, 100*quantile(loads, 0.5), 100*quantile(loads, 1))
 }

@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"log"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,19 +36,17 @@ type instance struct {
 }
 
 type runningPlugin struct {
-	spec   statusPlugin
-	proc   *harness.Process
-	ready  string // the file it creates once synchronized
-	ping   string // its ping socket
-	prefix netip.Prefix
+	spec  statusPlugin
+	proc  *harness.Process
+	ready string // the file it creates once synchronized
 }
 
 // withInstances creates an instance of each configuration with pods running pods, its daemon
-// stopped, runs fn on them, and removes them, also after an error. Every instance has the same
-// generated configuration (a CNI network of bridge, host-local, portmap and loopback, NRI, a
-// metrics endpoint) but for disable_cni.
-func withInstances(ctx context.Context, s settings, configs []configuration, pods int, fn func([]*instance) error) (err error) {
-	var instances []*instance
+// stopped, runs fn on them (by configuration), and removes them, also after an error. Every
+// instance has the same generated configuration (a CNI network of bridge, host-local, portmap and
+// loopback, NRI, a metrics endpoint) but for disable_cni.
+func withInstances(ctx context.Context, s settings, configs []configuration, pods int, fn func(map[string]*instance) error) (err error) {
+	instances := map[string]*instance{}
 	defer func() {
 		for _, in := range instances {
 			err = errors.Join(err, in.h.Close())
@@ -78,7 +76,7 @@ func withInstances(ctx context.Context, s settings, configs []configuration, pod
 		if in.h, err = harness.New(ctx, opts); err != nil {
 			return fmt.Errorf("configuration %s: %w", c.Key, err)
 		}
-		instances = append(instances, in)
+		instances[c.Key] = in
 		start := time.Now()
 		if err = in.startNetwork(ctx); err == nil { // the long-running pods, four at a time
 			in.pods, _, err = in.startPods(ctx, pods, 4, func(i int) string { return fmt.Sprintf("bench-%03d", i) })
@@ -134,13 +132,12 @@ func (in *instance) stop() error {
 func (in *instance) launchPlugins() error {
 	for _, spec := range in.c.Plugins {
 		name := spec.Index + "-" + spec.Name
-		p := &runningPlugin{spec: spec, ready: filepath.Join(in.h.Root, name+".ready"), ping: filepath.Join(in.h.Root, name+".ping"),
-			prefix: netip.PrefixFrom(netip.MustParseAddr(spec.Prefix), 48)}
+		p := &runningPlugin{spec: spec, ready: filepath.Join(in.h.Root, name+".ready")}
 		if err := os.Remove(p.ready); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 		args := []string{"-nri-socket", in.h.NRISocket, "-name", spec.Name, "-idx", spec.Index, "-prefix", spec.Prefix,
-			"-delay", spec.Delay.String(), "-ready-file", p.ready, "-ping-socket", p.ping,
+			"-ready-file", p.ready,
 			fmt.Sprintf("-primary=%t", spec.Primary), fmt.Sprintf("-at-run-pod-sandbox=%t", spec.AtRunPodSandbox)}
 		var err error
 		if p.proc, err = in.h.StartProcess("plugin-"+name, in.s.Plugin, args...); err != nil {
@@ -168,14 +165,20 @@ func (in *instance) waitSynchronized(ctx context.Context) error {
 	return nil
 }
 
-// forEach calls fn(0..n-1), width at a time, and returns the first error.
-func forEach(n, width int, fn func(i int) error) error {
+// timeEach calls fn(0..n-1), width at a time: the seconds of each call, and the first error.
+func timeEach(n, width int, fn func(i int) error) ([]float64, error) {
 	var g errgroup.Group
 	g.SetLimit(width)
+	seconds := make([]float64, n)
 	for i := range n {
-		g.Go(func() error { return fn(i) })
+		g.Go(func() error {
+			start := time.Now()
+			err := fn(i)
+			seconds[i] = time.Since(start).Seconds()
+			return err
+		})
 	}
-	return g.Wait()
+	return seconds, g.Wait()
 }
 
 // checkPod checks that pod id is READY with an IP, and with an IP of each running status plugin:
@@ -193,11 +196,8 @@ func (in *instance) checkPod(ctx context.Context, id string) error {
 	for _, ip := range network.GetAdditionalIps() {
 		ips = append(ips, ip.GetIp())
 	}
-	for _, p := range in.plugins {
-		if !slices.ContainsFunc(ips, func(ip string) bool {
-			addr, err := netip.ParseAddr(ip)
-			return err == nil && p.prefix.Contains(addr)
-		}) {
+	for _, p := range in.plugins { // its prefix is a /48: "2001:db8:1::" and "2001:db8:1::1:2" share "2001:db8:1:"
+		if !slices.ContainsFunc(ips, func(ip string) bool { return strings.HasPrefix(ip, strings.TrimSuffix(p.spec.Prefix, ":")) }) {
 			return fmt.Errorf("pod %s shows IPs %v, none of plugin %s-%s", id, ips, p.spec.Index, p.spec.Name)
 		}
 	}
@@ -205,45 +205,34 @@ func (in *instance) checkPod(ctx context.Context, id string) error {
 }
 
 func (in *instance) checkPods(ctx context.Context, ids []string) error {
-	return forEach(len(ids), stormWidth, func(i int) error { return in.checkPod(ctx, ids[i]) })
+	_, err := timeEach(len(ids), stormWidth, func(i int) error { return in.checkPod(ctx, ids[i]) })
+	return err
 }
 
-// startPods starts n pods, named by name, width at a time; it returns their IDs and the time of
-// each RunPodSandbox in ms.
-func (in *instance) startPods(ctx context.Context, n, width int, name func(i int) string) (ids []string, ms []float64, err error) {
-	ids, ms = make([]string, n), make([]float64, n)
-	err = forEach(n, width, func(i int) error {
-		start := time.Now()
+// startPods starts n pods, named by name, width at a time; it returns their IDs and the seconds
+// of each RunPodSandbox.
+func (in *instance) startPods(ctx context.Context, n, width int, name func(i int) string) ([]string, []float64, error) {
+	ids := make([]string, n)
+	seconds, err := timeEach(n, width, func(i int) error {
 		resp, err := in.h.Runtime.RunPodSandbox(ctx, &criruntime.RunPodSandboxRequest{Config: in.h.PodConfig(name(i))})
 		if err != nil {
 			return fmt.Errorf("run pod %s: %w", name(i), err)
 		}
-		ids[i], ms[i] = resp.PodSandboxId, msSince(start)
+		ids[i] = resp.PodSandboxId
 		return nil
 	})
-	return ids, ms, err
+	return ids, seconds, err
 }
 
-// removePods stops and removes the pods, width at a time; it returns the time of each
-// StopPodSandbox + RemovePodSandbox in ms.
+// removePods stops and removes the pods, width at a time; it returns the seconds of each
+// StopPodSandbox + RemovePodSandbox.
 func (in *instance) removePods(ctx context.Context, ids []string, width int) ([]float64, error) {
-	ms := make([]float64, len(ids))
-	err := forEach(len(ids), width, func(i int) error {
-		start := time.Now()
-		err := in.h.RemovePod(ctx, ids[i])
-		ms[i] = msSince(start)
-		return err
-	})
-	return ms, err
+	return timeEach(len(ids), width, func(i int) error { return in.h.RemovePod(ctx, ids[i]) })
 }
-
-func msSince(t time.Time) float64 { return msBetween(t, time.Now()) }
-
-func msBetween(from, to time.Time) float64 { return float64(to.Sub(from).Nanoseconds()) / 1e6 }
 
 // load calls call from width workers, each with its own sequence number, for d or until ctx ends:
-// the latency of every successful call in ms and the seconds it took; a failed call fails it.
-func load(ctx context.Context, width int, d time.Duration, call func(ctx context.Context, i int) error) ([]float64, float64, error) {
+// the seconds of every successful call; a failed call fails it.
+func load(ctx context.Context, width int, d time.Duration, call func(ctx context.Context, i int) error) ([]float64, error) {
 	latencies, failures := make([][]float64, width), make([][]error, width)
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -253,7 +242,7 @@ func load(ctx context.Context, width int, d time.Duration, call func(ctx context
 			for ctx.Err() == nil && time.Since(start) < d {
 				t := time.Now()
 				if err := call(ctx, int(next.Add(1)-1)); err == nil {
-					latencies[w] = append(latencies[w], msSince(t))
+					latencies[w] = append(latencies[w], time.Since(t).Seconds())
 				} else if ctx.Err() == nil {
 					failures[w] = append(failures[w], err)
 				}
@@ -261,11 +250,11 @@ func load(ctx context.Context, width int, d time.Duration, call func(ctx context
 		})
 	}
 	wg.Wait()
-	ms, errs, err := slices.Concat(latencies...), slices.Concat(failures...), ctx.Err()
+	seconds, errs, err := slices.Concat(latencies...), slices.Concat(failures...), ctx.Err()
 	if len(errs) > 0 {
-		err = fmt.Errorf("%d of %d calls failed, first: %w", len(errs), len(errs)+len(ms), errs[0])
+		err = fmt.Errorf("%d of %d calls failed, first: %w", len(errs), len(errs)+len(seconds), errs[0])
 	}
-	return ms, time.Since(start).Seconds(), err
+	return seconds, err
 }
 
 // statusCall queries the long-running pods' status round robin.

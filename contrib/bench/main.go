@@ -1,17 +1,12 @@
 // Command knext-bench measures what knext costs against upstream containerd on one machine
-// (`make bench`), and writes docs/performance.md's tables and plots from its report
-// (`knext-bench doc`, doc.go).
+// (`make bench`), and renders docs/performance.md from its report (`knext-bench doc`, doc.go).
 //
-// Every configuration runs its own harness instance (internal/harness) with -pods running pods
-// and is measured against upstream's instance with both daemons running, the measurement
-// alternating between the two (pair.go): the machines these figures come from drift by tens of
-// percent from one minute to the next, which only a paired measurement cancels out. The A/A
-// configuration upstream-again, a second upstream instance, sizes what is left of that noise.
-//
-// The parts (-benchmarks): status (PodSandboxStatus, the raw round trip to a plugin, bursts,
-// container events, RunPodSandbox during a status storm), lifecycle (pod start and removal, with
-// containerd's own NRI and CNI timers), scale (many pods: status sweep, restart, bytes stored)
-// and cluster (a Deployment on a two-node cluster of each runtime, cluster.go).
+// Every comparison is paired and interleaved: both sides run at once and the measurement
+// alternates between them within each of -repeats rounds (pair.go, scale.go, cluster.go). Each
+// paired measurement is a line in Go's benchmark format (results.go); benchmath summarizes them
+// into a median ratio with its 95% interval, and an A/A pair (upstream against a second upstream)
+// sizes what the method cannot resolve (tables.go). The load other processes put on the machine
+// is recorded during every phase, and a round that saw too much is measured again (load.go).
 package main
 
 import (
@@ -30,26 +25,20 @@ import (
 
 // statusPlugin is one process of contrib/bench/statusplugin in a configuration.
 type statusPlugin struct {
-	Name    string        `json:"name"`
-	Index   string        `json:"index"`
-	Primary bool          `json:"primary"`           // reports the primary IP, else an additional one
-	Delay   time.Duration `json:"delayNs,omitempty"` // spent on each answer
+	Name    string `json:"name"`
+	Index   string `json:"index"`
+	Primary bool   `json:"primary"` // reports the primary IP, else an additional one
 	// AtRunPodSandbox reports the IP in the RunPodSandbox answer, not subscribed to status (S10).
 	AtRunPodSandbox bool   `json:"atRunPodSandbox,omitempty"`
 	Prefix          string `json:"prefix"` // the /48 of the IPv6 addresses it reports
 }
 
-// configuration is one daemon setup; what it measures depends on the selected parts.
+// configuration is one daemon setup of the single-node parts.
 type configuration struct {
-	Key         string         `json:"key"`
-	Description string         `json:"description"`
-	Upstream    bool           `json:"upstream,omitempty"` // the pristine upstream build
-	CNILess     bool           `json:"cniLess,omitempty"`  // disable_cni; nri-bridge or Plugins are the network
-	Plugins     []statusPlugin `json:"plugins,omitempty"`
-	Status      bool           `json:"status,omitempty"`    // PodSandboxStatus
-	Lifecycle   bool           `json:"lifecycle,omitempty"` // pod start and removal
-	Storm       bool           `json:"storm,omitempty"`     // RunPodSandbox during a status storm
-	Ping        bool           `json:"ping,omitempty"`      // the raw round trip to its plugin
+	Key      string         `json:"key"`
+	Upstream bool           `json:"upstream,omitempty"` // the pristine upstream build
+	CNILess  bool           `json:"cniLess,omitempty"`  // disable_cni; nri-bridge or Plugins are the network
+	Plugins  []statusPlugin `json:"plugins,omitempty"`
 }
 
 func (c configuration) bridged() bool { return c.CNILess && len(c.Plugins) == 0 }
@@ -59,54 +48,56 @@ const (
 	cfgKnext         = "knext"
 	cfgOnePlugin     = "knext-1-plugin"
 	cfgThreePlugins  = "knext-3-plugins"
-	cfgSlowPlugin    = "knext-1-slow-plugin"
 	cfgRunPlugin     = "knext-1-run-plugin"
 	cfgCNILess       = "cniless"
 	cfgCNILessPlugin = "cniless-status-plugin"
 	cfgUpstreamAgain = "upstream-again"
 )
 
-// slowDelay is what the plugin of knext-1-slow-plugin spends on each answer.
-const slowDelay = 50 * time.Millisecond
-
 func configurations() []configuration {
 	plugin := func(n int, primary bool) statusPlugin {
 		return statusPlugin{Name: fmt.Sprintf("status-%d", n), Index: fmt.Sprint(9 + n), Primary: primary,
 			Prefix: fmt.Sprintf("2001:db8:%d::", n)}
 	}
-	slow, atRun := plugin(1, true), plugin(1, true)
-	slow.Name, slow.Delay = "slow-status-1", slowDelay
+	atRun := plugin(1, true)
 	atRun.Name, atRun.AtRunPodSandbox = "run-1", true
-	return []configuration{
-		{Key: cfgUpstream, Description: "upstream containerd v2.4.2 (pristine module), NRI enabled, CNI", Upstream: true},
-		{Key: cfgKnext, Description: "knext, NRI enabled, no NRI plugin, CNI", Status: true, Lifecycle: true},
-		{Key: cfgOnePlugin, Description: "knext + 1 status plugin answering from memory",
-			Plugins: []statusPlugin{plugin(1, true)}, Status: true, Ping: true},
-		{Key: cfgThreePlugins, Description: "knext + 3 status plugins (one owns the primary IP, two add one each)",
-			Plugins: []statusPlugin{plugin(1, true), plugin(2, false), plugin(3, false)}, Status: true},
-		{Key: cfgSlowPlugin, Description: fmt.Sprintf("knext + 1 status plugin taking %s per answer", slowDelay),
-			Plugins: []statusPlugin{slow}, Status: true, Storm: true},
-		{Key: cfgRunPlugin, Description: "knext + 1 plugin reporting its IP at RunPodSandbox, not subscribed to status",
-			Plugins: []statusPlugin{atRun}, Status: true},
-		{Key: cfgCNILess, Description: "knext without CNI (disable_cni), nri-bridge as the pod network", CNILess: true, Lifecycle: true},
-		{Key: cfgCNILessPlugin, Description: "knext without CNI, a status plugin as the network (answers an IP, wires nothing)",
-			CNILess: true, Plugins: []statusPlugin{plugin(1, true)}, Lifecycle: true},
-		{Key: cfgUpstreamAgain, Description: "upstream again, an instance of its own: the A/A pair that sizes the noise",
-			Upstream: true, Status: true, Lifecycle: true},
+	return []configuration{ // docs/performance.md describes them
+		{Key: cfgUpstream, Upstream: true},
+		{Key: cfgKnext},
+		{Key: cfgOnePlugin, Plugins: []statusPlugin{plugin(1, true)}},
+		{Key: cfgThreePlugins, Plugins: []statusPlugin{plugin(1, true), plugin(2, false), plugin(3, false)}},
+		{Key: cfgRunPlugin, Plugins: []statusPlugin{atRun}},
+		{Key: cfgCNILess, CNILess: true},
+		{Key: cfgCNILessPlugin, CNILess: true, Plugins: []statusPlugin{plugin(1, true)}}, // answers an IP, wires nothing
+		{Key: cfgUpstreamAgain, Upstream: true},
 	}
 }
+
+// pairing is a configuration measured against a base in the status and lifecycle parts.
+type pairing struct{ base, config string }
+
+var (
+	statusPairs = []pairing{{cfgUpstream, cfgKnext}, {cfgUpstream, cfgOnePlugin}, {cfgUpstream, cfgThreePlugins},
+		{cfgUpstream, cfgRunPlugin}, {cfgUpstream, cfgUpstreamAgain}}
+	// CNI-less against the floor: a status plugin that answers an IP and wires nothing.
+	lifecyclePairs = []pairing{{cfgUpstream, cfgKnext}, {cfgUpstream, cfgCNILess}, {cfgUpstream, cfgUpstreamAgain},
+		{cfgCNILessPlugin, cfgCNILess}}
+)
 
 // settings are the command line.
 type settings struct {
 	Benchmarks    string        `json:"benchmarks"`
-	Configs       string        `json:"configs"`
 	Repeats       int           `json:"repeats"`
 	Pods          int           `json:"pods"`
-	Duration      time.Duration `json:"durationNs"` // of each PodSandboxStatus measurement, per side
+	Duration      time.Duration `json:"durationNs"` // of each PodSandboxStatus variant, per side and round
 	LifecyclePods int           `json:"lifecyclePods"`
 	ScalePods     int           `json:"scalePods"`
-	ScaleRepeats  int           `json:"scaleRepeats"`
+	ClusterNodes  int           `json:"clusterNodes"`
 	ClusterPods   int           `json:"clusterPods"`
+	NodePods      int           `json:"nodePods"`
+	MaxLoad       float64       `json:"maxLoad"`
+	MaxRedos      int           `json:"maxRedos"`
+	QuietWait     time.Duration `json:"quietWaitNs"`
 	Knext         string        `json:"knext"`
 	Upstream      string        `json:"upstream"`
 	Plugin        string        `json:"plugin"`
@@ -128,14 +119,17 @@ func main() {
 	}
 	var s settings
 	flag.StringVar(&s.Benchmarks, "benchmarks", "status,lifecycle,scale,cluster", "parts to run: status, lifecycle, scale, cluster")
-	flag.StringVar(&s.Configs, "configs", strings.Join(configKeys(configurations()), ","), "configurations, upstream first")
-	flag.IntVar(&s.Repeats, "repeats", 5, "rounds over the configurations (and cluster rollouts)")
-	flag.IntVar(&s.Pods, "pods", 50, "running pods of each configuration")
-	flag.DurationVar(&s.Duration, "duration", 2*time.Second, "PodSandboxStatus measurement per variant and side")
-	flag.IntVar(&s.LifecyclePods, "lifecycle-pods", 30, "pods started and removed per side, round and concurrency")
-	flag.IntVar(&s.ScalePods, "scale-pods", 200, "pods of each scale configuration")
-	flag.IntVar(&s.ScaleRepeats, "scale-repeats", 3, "restarts of each scale configuration")
-	flag.IntVar(&s.ClusterPods, "cluster-pods", 40, "pods of the cluster part's Deployment")
+	flag.IntVar(&s.Repeats, "repeats", 6, "rounds of every part (6 is the fewest with a 95% interval of a median)")
+	flag.IntVar(&s.Pods, "pods", 20, "running pods of each single-node configuration")
+	flag.DurationVar(&s.Duration, "duration", time.Second, "PodSandboxStatus per variant, side and round")
+	flag.IntVar(&s.LifecyclePods, "lifecycle-pods", 8, "pods started and removed per side, round and concurrency")
+	flag.IntVar(&s.ScalePods, "scale-pods", 110, "pods of each scale configuration")
+	flag.IntVar(&s.ClusterNodes, "cluster-nodes", 3, "nodes of each cluster")
+	flag.IntVar(&s.ClusterPods, "cluster-pods", 100, "pods of the cluster part's Deployment")
+	flag.IntVar(&s.NodePods, "node-pods", 110, "pods one node is filled to (the kubelet's default maximum)")
+	flag.Float64Var(&s.MaxLoad, "max-load", 0.25, "share of the CPUs other processes may use during a phase before its round is redone")
+	flag.IntVar(&s.MaxRedos, "max-redos", 2, "times a round is redone, after which it is kept and counted as loaded")
+	flag.DurationVar(&s.QuietWait, "quiet-wait", 20*time.Second, "longest wait for a quiet machine before a phase")
 	flag.StringVar(&s.Knext, "knext", "build/bin/containerd", "knext's containerd (make build)")
 	flag.StringVar(&s.Upstream, "upstream", "", "upstream containerd (make upstream), its shim next to it")
 	flag.StringVar(&s.Plugin, "plugin", "build/bench/statusplugin", "the status plugin (contrib/bench/statusplugin)")
@@ -150,41 +144,32 @@ func main() {
 	}
 }
 
-func configKeys(configs []configuration) (keys []string) {
-	for _, c := range configs {
-		keys = append(keys, c.Key)
-	}
-	return keys
-}
-
-// check checks the settings and returns the configurations of -configs, upstream first.
-func (s settings) check() ([]configuration, error) {
+// check checks the settings.
+func (s settings) check() error {
 	parts := []string{"status", "lifecycle", "scale", "cluster"}
 	if slices.ContainsFunc(strings.Split(s.Benchmarks, ","), func(part string) bool { return !slices.Contains(parts, part) }) {
-		return nil, fmt.Errorf("-benchmarks %q: want any of %s", s.Benchmarks, strings.Join(parts, ", "))
+		return fmt.Errorf("-benchmarks %q: want any of %s", s.Benchmarks, strings.Join(parts, ", "))
 	}
-	if s.Pods < stormWidth || s.Repeats < 1 || s.Duration <= 0 || s.LifecyclePods < 1 || s.ScalePods < 1 || s.ScaleRepeats < 1 || s.ClusterPods < 1 {
-		return nil, errors.New("-pods must be at least 16; -repeats, -duration and the other counts positive")
+	if s.Pods < stormWidth || s.Repeats < 1 || s.Duration <= 0 || s.LifecyclePods < 8 || s.ScalePods < 1 ||
+		s.ClusterNodes < 1 || s.ClusterPods < s.ClusterNodes || s.NodePods < s.ClusterPods/s.ClusterNodes+2 || s.MaxRedos < 0 {
+		return errors.New("-pods must be at least 16, -lifecycle-pods 8, -node-pods more than a node's share of " +
+			"-cluster-pods; -repeats, -duration and the other counts positive")
 	}
-	wanted := strings.Split(s.Configs, ",")
-	selected := slices.DeleteFunc(configurations(), func(c configuration) bool { return !slices.Contains(wanted, c.Key) })
-	if len(selected) != len(wanted) || selected[0].Key != cfgUpstream {
-		return nil, fmt.Errorf("-configs %q: want upstream, every configuration is measured against it, and any of %s",
-			s.Configs, strings.Join(configKeys(configurations()), ", "))
-	}
-	return selected, nil
+	return nil
 }
 
 func run(ctx context.Context, s settings) error {
-	configs, err := s.check()
+	if err := s.check(); err != nil {
+		return err
+	}
+	r, err := newReport(s)
 	if err != nil {
 		return err
 	}
-	r := newReport(s, configs)
-	log.Printf("bench: %s; configurations %s; %d rounds", s.Benchmarks, s.Configs, s.Repeats)
-	runErr := runPairs(ctx, s, configs, r)
+	log.Printf("bench: %s; %d rounds", s.Benchmarks, s.Repeats)
+	runErr := runPairs(ctx, s, r)
 	if runErr == nil && s.selected("scale") {
-		runErr = runScale(ctx, s, configs, r)
+		runErr = runScale(ctx, s, r)
 	}
 	if runErr == nil && s.selected("cluster") {
 		runErr = runCluster(ctx, s, r)
@@ -194,32 +179,12 @@ func run(ctx context.Context, s settings) error {
 		return errors.Join(runErr, err)
 	}
 	log.Printf("bench: report written to %s", s.Out)
-	if runErr == nil {
-		for _, t := range r.tables() {
-			fmt.Println(t.markdown())
-		}
+	if runErr != nil {
+		return runErr
 	}
-	return runErr
-}
-
-// runPairs measures each configuration against upstream, round after round, in a rotating order.
-func runPairs(ctx context.Context, s settings, configs []configuration, r *report) error {
-	measured := slices.DeleteFunc(slices.Clone(configs[1:]), func(c configuration) bool {
-		return !(s.selected("status") && c.Status) && !(s.selected("lifecycle") && c.Lifecycle)
-	})
-	if len(measured) == 0 {
-		return nil
+	tables, err := r.tables()
+	for _, t := range tables {
+		fmt.Println(t.markdown())
 	}
-	return withInstances(ctx, s, slices.Concat(configs[:1], measured), s.Pods, func(instances []*instance) error {
-		for round := 1; round <= s.Repeats; round++ {
-			for _, in := range rotated(instances[1:], round) {
-				run, err := runPair(ctx, instances[0], in, round)
-				if err != nil {
-					return fmt.Errorf("configuration %s, round %d: %w", in.c.Key, round, err)
-				}
-				r.Pairs = append(r.Pairs, run)
-			}
-		}
-		return nil
-	})
+	return err
 }

@@ -214,8 +214,9 @@ func NodeCondition(node *corev1.Node, t corev1.NodeConditionType) *corev1.NodeCo
 	return nil
 }
 
-// deploymentReady checks that every replica of the Deployment is available.
-func deploymentReady(ctx context.Context, client kubernetes.Interface, namespace, name string) error {
+// DeploymentReady checks that the Deployment's rollout is complete: every replica updated and
+// available, and no replica of an older template left.
+func DeploymentReady(ctx context.Context, client kubernetes.Interface, namespace, name string) error {
 	d, err := client.AppsV1().Deployments(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return err
@@ -224,8 +225,9 @@ func deploymentReady(ctx context.Context, client kubernetes.Interface, namespace
 	if d.Spec.Replicas != nil {
 		want = *d.Spec.Replicas
 	}
-	if d.Status.AvailableReplicas != want || d.Status.UpdatedReplicas != want {
-		return fmt.Errorf("deployment %s/%s: %d of %d replicas available", namespace, name, d.Status.AvailableReplicas, want)
+	if st := d.Status; st.ObservedGeneration < d.Generation || st.UpdatedReplicas != want || st.AvailableReplicas != want || st.Replicas != want {
+		return fmt.Errorf("deployment %s/%s: %d of %d replicas updated, %d available, %d in all", namespace, name,
+			st.UpdatedReplicas, want, st.AvailableReplicas, st.Replicas)
 	}
 	return nil
 }

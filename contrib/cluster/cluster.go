@@ -358,7 +358,7 @@ func (c *Cluster) WaitReady(ctx context.Context) error {
 		if err := nodesReady(ctx, client, len(c.Nodes)); err != nil {
 			return err
 		}
-		return deploymentReady(ctx, client, "kube-system", "coredns")
+		return DeploymentReady(ctx, client, "kube-system", "coredns")
 	})
 }
 

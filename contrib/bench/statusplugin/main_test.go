@@ -6,21 +6,19 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/containerd/nri/pkg/api"
-	"github.com/containerd/nri/pkg/stub"
 )
 
-func newTestPlugin(t *testing.T, primary bool, delay time.Duration) *plugin {
-	return &plugin{primary: primary, delay: delay, prefix: netip.MustParseAddr("2001:db8:7::"), readyFile: filepath.Join(t.TempDir(), "ready")}
+func newTestPlugin(t *testing.T, primary bool) *plugin {
+	return &plugin{primary: primary, prefix: netip.MustParseAddr("2001:db8:7::"), readyFile: filepath.Join(t.TempDir(), "ready")}
 }
 
 var ownPrefix = netip.MustParsePrefix("2001:db8:7::/64")
 
 func TestAnswersFromMemoryOnceSynchronized(t *testing.T) {
 	ctx := context.Background()
-	p := newTestPlugin(t, true, 0)
+	p := newTestPlugin(t, true)
 	pod := &api.PodSandbox{Id: "pod-1"}
 	_, syncErr := p.Synchronize(ctx, []*api.PodSandbox{pod}, nil)
 	if _, err := os.Stat(p.readyFile); syncErr != nil || err != nil {
@@ -33,8 +31,8 @@ func TestAnswersFromMemoryOnceSynchronized(t *testing.T) {
 	}
 
 	// The IP depends on the pod only: a restarted plugin answers the same.
-	again := newTestPlugin(t, false, 0)
-	runErr := again.RunPodSandbox(ctx, pod)
+	again := newTestPlugin(t, false)
+	_, runErr := again.RunPodSandbox(ctx, pod)
 	if resp, _ := again.PodSandboxStatus(ctx, pod); runErr != nil || resp.Ip != "" || len(resp.AdditionalIps) != 1 || resp.AdditionalIps[0] != ip.String() {
 		t.Errorf("additional-IP plugin answered %v (RunPodSandbox: %v), want only additional %s", resp, runErr, ip)
 	}
@@ -45,28 +43,24 @@ func TestAnswersFromMemoryOnceSynchronized(t *testing.T) {
 	}
 }
 
-func TestDelayIsCancellable(t *testing.T) {
-	p := newTestPlugin(t, true, time.Hour)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := p.PodSandboxStatus(ctx, &api.PodSandbox{Id: "pod-1"}); err == nil {
-		t.Error("answer for a cancelled request, want its error")
+func TestAtRunPodSandboxAnswersThereAndIsNeverAskedForStatus(t *testing.T) {
+	ctx := context.Background()
+	statusEvents, err := newTestPlugin(t, true).Configure(ctx, "", "", "")
+	if err != nil || !statusEvents.IsSet(api.Event_POD_SANDBOX_STATUS) {
+		t.Errorf("a status plugin subscribes to %s (%v), want PodSandboxStatus among them", statusEvents.PrettyString(), err)
 	}
-}
-
-func TestRunReporterAnswersAtRunPodSandboxOnly(t *testing.T) {
-	p := newTestPlugin(t, true, 0)
-	var handlers any = runReporter{p}
-	if _, ok := handlers.(stub.PodSandboxStatusInterface); ok {
-		t.Fatal("the RunPodSandbox reporter implements PodSandboxStatus: the stub would subscribe it to status queries")
+	p := newTestPlugin(t, true)
+	p.atRun = true
+	events, err := p.Configure(ctx, "", "", "")
+	if err != nil || events.IsSet(api.Event_POD_SANDBOX_STATUS) || !events.IsSet(api.Event_RUN_POD_SANDBOX) {
+		t.Errorf("it subscribes to %s (%v), want RunPodSandbox and not PodSandboxStatus", events.PrettyString(), err)
 	}
 	pod := &api.PodSandbox{Id: "pod-1"}
-	adjust, err := runReporter{p}.RunPodSandbox(context.Background(), pod)
+	adjust, err := p.RunPodSandbox(ctx, pod)
 	if ips := adjust.GetNetwork().GetIps(); err != nil || len(ips) != 1 || !ownPrefix.Contains(netip.MustParseAddr(ips[0])) {
 		t.Fatalf("RunPodSandbox answer %v (%v), want one IP in %s", ips, err, ownPrefix)
 	}
-	ip := adjust.GetNetwork().GetIps()[0]
-	if resp, _ := p.PodSandboxStatus(context.Background(), pod); resp.Ip != ip {
-		t.Errorf("the reporter's state has %q for the pod, want %q", resp.Ip, ip)
+	if adjust, err := newTestPlugin(t, true).RunPodSandbox(ctx, pod); adjust != nil || err != nil {
+		t.Errorf("a status plugin answered RunPodSandbox with %v (%v), want nothing", adjust, err)
 	}
 }
