@@ -1,6 +1,6 @@
 // Package doccheck reads the repository's Markdown pages for the tests that hold them to the
-// repository: links and cited paths resolve, the table of the patch series lists the patch files
-// as they are.
+// repository and the code: links and cited paths resolve, the examples of `crictl inspectp` have
+// the shape of its real output, the table of the patch series lists the patch files as they are.
 //
 // It reads the part of Markdown these checks need (fenced code blocks, code spans, inline links,
 // ATX headings, marked regions), not the whole of CommonMark.
@@ -281,6 +281,7 @@ func slug(heading string) string {
 // <!-- /KIND:ID -->, each marker alone on its line.
 type region struct {
 	id    string
+	page  *page
 	start int // the number of the opening marker's line
 	end   int // the number of the closing marker's line
 }
@@ -302,7 +303,7 @@ func (p *page) regions(kind string) ([]region, error) {
 			if open != nil {
 				return nil, fmt.Errorf("%s:%d: region %s:%s opens inside region %s:%s of line %d", p.Path, i+1, kind, id, kind, open.id, open.start)
 			}
-			open = &region{id: id, start: i + 1}
+			open = &region{id: id, start: i + 1, page: p}
 		} else if id, closes := strings.CutPrefix(marker, "/"+kind+":"); closes {
 			if open == nil || open.id != id {
 				return nil, fmt.Errorf("%s:%d: region %s:%s closes, but it is not open", p.Path, i+1, kind, id)
@@ -316,4 +317,19 @@ func (p *page) regions(kind string) ([]region, error) {
 		return nil, fmt.Errorf("%s:%d: region %s:%s does not close", p.Path, open.start, kind, open.id)
 	}
 	return regions, nil
+}
+
+// codeBlock returns the content of the region's one fenced code block with the info string
+// info, and the number of its first line.
+func (r region) codeBlock(info string) (string, int, error) {
+	var found []block
+	for _, b := range r.page.blocks() {
+		if b.code && b.info == info && b.line > r.start && b.line < r.end {
+			found = append(found, b)
+		}
+	}
+	if len(found) != 1 {
+		return "", 0, fmt.Errorf("%s:%d: region %s holds %d code blocks marked %q, want one", r.page.Path, r.start, r.id, len(found), info)
+	}
+	return found[0].text, found[0].line, nil
 }
