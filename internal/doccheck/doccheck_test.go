@@ -1,6 +1,7 @@
 package doccheck
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -119,21 +120,27 @@ func TestSeriesTableProblemsAreFound(t *testing.T) {
 	})
 }
 
-func TestInlineSpans(t *testing.T) {
-	got := inline("a `make\nconformance` b ``x ` y`` [l `c`](d.md \"title\") `open\n\\[not](a.md)", 10)
+func TestSpans(t *testing.T) {
+	got := newPage("p.md", []byte("a `make\nconformance` b ``x ` y`` [l `c`](d.md \"title\") `open\n"+
+		"\\[not](a.md) cmd/pod_status.go patches/<module>/*.patch ![i](i.svg)\n\n```json\n{}\n```\n\n    indented\n")).spans()
 	want := []span{
-		{textSpan, "a ", 10},
-		{codeSpan, "make conformance", 10},
-		{textSpan, " b ", 11},
-		{codeSpan, "x ` y", 11},
-		{textSpan, " ", 11},
-		{textSpan, "l ", 11},
-		{codeSpan, "c", 11},
-		{linkSpan, "d.md", 11},
-		{textSpan, " `open\n\\[not](a.md)", 11},
+		{textSpan, "a ", 1, ""},
+		{codeSpan, "make conformance", 1, ""},
+		{textSpan, " b ", 2, ""},
+		{codeSpan, "x ` y", 2, ""},
+		{textSpan, " ", 2, ""},
+		{linkSpan, "d.md", 2, ""},
+		{textSpan, "l ", 2, ""},
+		{codeSpan, "c", 2, ""},
+		{textSpan, " `open", 2, ""},
+		{textSpan, "\\[not](a.md) cmd/pod_status.go patches/<module>/*.patch ", 3, ""},
+		{linkSpan, "i.svg", 3, ""},
+		{textSpan, "i", 3, ""},
+		{codeBlockSpan, "{}", 6, "json"},
+		{codeBlockSpan, "indented", 9, ""},
 	}
 	if !slices.Equal(got, want) {
-		t.Errorf("inline spans:\n%+v\nwant\n%+v", got, want)
+		t.Errorf("spans:\n%+v\nwant\n%+v", got, want)
 	}
 }
 
@@ -141,12 +148,16 @@ func TestInlineSpans(t *testing.T) {
 var regionsPage = "<!-- k:a -->\n```json\n{}\n```\n<!-- /k:a -->\n```json\n[]\n```\n<!-- k:b -->\n<!-- /k:b -->\n"
 
 func TestRegions(t *testing.T) {
-	doc := &page{Path: "p.md", lines: strings.Split(regionsPage, "\n")}
+	doc := newPage("p.md", []byte(regionsPage))
 	if regions, err := doc.regions("k"); err != nil || len(regions) != 2 || regions[0].id != "a" || regions[1].id != "b" {
 		t.Errorf("regions %+v, %v; want a and b", regions, err)
 	}
+	// Markers shown in code are not markers.
+	if regions, err := newPage("p.md", []byte("`<!-- k:a -->`\n\n```\n<!-- k:b -->\n```\n")).regions("k"); err != nil || len(regions) != 0 {
+		t.Errorf("regions of markers in code %+v, %v; want none", regions, err)
+	}
 	for _, broken := range []string{"<!-- k:a -->\n", "<!-- /k:a -->\n", "<!-- k:a -->\n<!-- k:b -->\n<!-- /k:b -->\n<!-- /k:a -->\n"} {
-		doc := &page{Path: "p.md", lines: strings.Split(broken, "\n")}
+		doc := newPage("p.md", []byte(broken))
 		if _, err := doc.regions("k"); err == nil {
 			t.Errorf("regions of %q: no error", broken)
 		}
@@ -163,5 +174,12 @@ func TestSlug(t *testing.T) {
 		if got := slug(heading); got != want {
 			t.Errorf("slug(%q) = %q, want %q", heading, got, want)
 		}
+	}
+}
+
+func TestAnchors(t *testing.T) {
+	got := newPage("p.md", []byte("# `disable_cni` and *more*\n\nSetext [heading](x.md)\n---\n\n## Setext heading\n")).anchors()
+	if want := map[string]bool{"disable_cni-and-more": true, "setext-heading": true, "setext-heading-1": true}; !maps.Equal(got, want) {
+		t.Errorf("anchors %v, want %v", got, want)
 	}
 }

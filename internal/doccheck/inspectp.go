@@ -63,8 +63,8 @@ func (r *Repository) UnmarkedInspectpExamples() ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		for _, b := range p.blocks() {
-			if !b.code || b.info != "json" || !strings.Contains(b.text, `"`+PodNetworkKey+`"`) {
+		for _, b := range p.spans() {
+			if b.kind != codeBlockSpan || b.lang != "json" || !strings.Contains(b.text, `"`+PodNetworkKey+`"`) {
 				continue
 			}
 			if !slices.ContainsFunc(regions, func(r region) bool { return r.start < b.line && b.line < r.end }) {

@@ -13,7 +13,7 @@ import (
 )
 
 func TestRegionCodeBlock(t *testing.T) {
-	doc := &page{Path: "p.md", lines: strings.Split(regionsPage, "\n")}
+	doc := newPage("p.md", []byte(regionsPage))
 	regions, err := doc.regions("k")
 	if err != nil {
 		t.Fatal(err)
@@ -116,14 +116,9 @@ func TestEveryProvenanceValueIsDocumented(t *testing.T) {
 // codeSpans returns the content of the page's code spans.
 func (p *page) codeSpans() []string {
 	var spans []string
-	for _, b := range p.blocks() {
-		if b.code {
-			continue
-		}
-		for _, s := range inline(b.text, b.line) {
-			if s.kind == codeSpan {
-				spans = append(spans, s.text)
-			}
+	for _, s := range p.spans() {
+		if s.kind == codeSpan {
+			spans = append(spans, s.text)
 		}
 	}
 	return spans

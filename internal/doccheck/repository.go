@@ -90,17 +90,12 @@ func (r *Repository) pageAt(path string) *page {
 func (r *Repository) BrokenLinks() []string {
 	var problems []string
 	for _, p := range r.pages {
-		for _, b := range p.blocks() {
-			if b.code {
+		for _, s := range p.spans() {
+			if s.kind != linkSpan {
 				continue
 			}
-			for _, s := range inline(b.text, b.line) {
-				if s.kind != linkSpan {
-					continue
-				}
-				if why := r.checkLink(p, s.text); why != "" {
-					problems = append(problems, fmt.Sprintf("%s:%d: link %s: %s", p.Path, s.line, s.text, why))
-				}
+			if why := r.checkLink(p, s.text); why != "" {
+				problems = append(problems, fmt.Sprintf("%s:%d: link %s: %s", p.Path, s.line, s.text, why))
 			}
 		}
 	}
@@ -172,15 +167,9 @@ func (r *Repository) BrokenCitations() []string {
 		}
 	}
 	for _, p := range r.pages {
-		for _, b := range p.blocks() {
-			if b.code {
-				check(p, b.text, b.line)
-				continue
-			}
-			for _, s := range inline(b.text, b.line) {
-				if s.kind != linkSpan {
-					check(p, s.text, s.line)
-				}
+		for _, s := range p.spans() {
+			if s.kind != linkSpan {
+				check(p, s.text, s.line)
 			}
 		}
 	}

@@ -195,11 +195,13 @@ func tableCells(row string) []string {
 
 // patchLink returns the patch file that a cell [<module>/<file>](<module>/<file>) names.
 func patchLink(cell string) (string, bool) {
-	label, destination, end, ok := linkAt(cell, 0)
-	if !ok || end != len(cell) || label != destination || !strings.HasSuffix(label, ".patch") {
+	spans := newPage("", []byte(cell)).spans()
+	// The link's destination, then its text.
+	if len(spans) != 2 || spans[0].kind != linkSpan || spans[1].kind != textSpan ||
+		spans[1].text != spans[0].text || !strings.HasSuffix(spans[0].text, ".patch") {
 		return "", false
 	}
-	return label, true
+	return spans[0].text, true
 }
 
 // patchRow matches the row of a table that starts with a patch number, such as "| 0001 |".
