@@ -249,10 +249,7 @@ func sortedCopy(s []string) []string {
 // inspectpPodNetwork returns the podNetwork info that `crictl inspectp` shows.
 func inspectpPodNetwork(t *testing.T, ctx context.Context, h *harness.Harness, id string) podNetworkInfo {
 	t.Helper()
-	out, err := h.Crictl(ctx, "inspectp", "-o", "json", id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := crictlInspectpOutput(t, ctx, h, id)
 	var shown struct {
 		PodNetwork *podNetworkInfo `json:"podNetwork"`
 	}

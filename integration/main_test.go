@@ -87,12 +87,19 @@ type inspectp struct {
 	PodNetwork podNetworkInfo `json:"podNetwork"`
 }
 
-func crictlInspectp(t *testing.T, ctx context.Context, h *harness.Harness, id string) inspectp {
+// crictlInspectpOutput returns what `crictl inspectp -o json` prints for pod id.
+func crictlInspectpOutput(t *testing.T, ctx context.Context, h *harness.Harness, id string) []byte {
 	t.Helper()
 	out, err := h.Crictl(ctx, "inspectp", "-o", "json", id)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return out
+}
+
+func crictlInspectp(t *testing.T, ctx context.Context, h *harness.Harness, id string) inspectp {
+	t.Helper()
+	out := crictlInspectpOutput(t, ctx, h, id)
 	var result inspectp
 	if err := json.Unmarshal(out, &result); err != nil {
 		t.Fatalf("crictl inspectp %s: %v\n%s", id, err, out)
