@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/knext-dev/knext/internal/pki"
 	"github.com/knext-dev/knext/internal/stack"
 )
 
@@ -70,7 +71,7 @@ type Config struct {
 	ProxyMode string
 	Binaries  Binaries
 	// Images are image archives imported into every node's containerd (the sandbox image
-	// ociimage.PauseImage, CoreDNSImage's, nri-bridge's, the test workloads').
+	// images.PauseImage, CoreDNSImage's, nri-bridge's, the test workloads').
 	Images []string
 	// CoreDNSImage is the name of CoreDNS's image in Images.
 	CoreDNSImage string
@@ -130,7 +131,7 @@ type NodeState struct {
 type Cluster struct {
 	State
 	logf func(string, ...any)
-	ca   *authority // while Up creates the cluster
+	ca   *pki.Authority // while Up creates the cluster
 }
 
 const stateFile = "cluster.json"

@@ -1,56 +1,29 @@
 package cluster
 
 import (
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
-	"net"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pelletier/go-toml/v2"
 	"sigs.k8s.io/yaml"
 
+	"github.com/knext-dev/knext/internal/pki"
 	"github.com/knext-dev/knext/internal/stack"
 )
 
-func TestIssuedCertificatesVerifyAgainstTheCA(t *testing.T) {
-	ca, err := newAuthority(t.TempDir())
+func TestKubeconfigTrustsTheCA(t *testing.T) {
+	ca, err := pki.NewAuthority("test CA", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	roots := x509.NewCertPool()
-	roots.AddCert(ca.cert)
-	serving, err := ca.issue(certRequest{commonName: "node-1", dnsNames: []string{"node-1"},
-		ips: []net.IP{net.ParseIP("10.200.1.11"), net.ParseIP("fd6b:6e63:ffff:c801::b")}, server: true})
+	client, err := ca.Issue(pki.Request{CommonName: "system:node:node-1", Organizations: []string{"system:nodes"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert := parseCert(t, serving.CertPEM)
-	for _, host := range []string{"node-1", "10.200.1.11", "fd6b:6e63:ffff:c801::b"} {
-		if _, err := cert.Verify(x509.VerifyOptions{DNSName: host, Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
-			t.Errorf("serving certificate for %s: %v", host, err)
-		}
-	}
-	if _, err := cert.Verify(x509.VerifyOptions{DNSName: "node-2", Roots: roots}); err == nil {
-		t.Error("the serving certificate of node-1 verifies for node-2")
-	}
-	client, err := ca.issue(certRequest{commonName: "system:node:node-1", organizations: []string{"system:nodes"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert = parseCert(t, client.CertPEM)
-	if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
-		t.Errorf("client certificate: %v", err)
-	}
-	if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err == nil {
-		t.Error("a client certificate verifies as a serving one")
-	}
-	if cert.Subject.CommonName != "system:node:node-1" || len(cert.Subject.Organization) != 1 || cert.Subject.Organization[0] != "system:nodes" {
-		t.Errorf("client certificate subject %v, want CN system:node:node-1, O system:nodes", cert.Subject)
-	}
-	kubeconfig, err := ca.kubeconfig("https://10.200.1.2:6443", "system:node:node-1", client)
+	data, err := kubeconfig(ca, "https://10.200.1.2:6443", "system:node:node-1", client)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,26 +36,13 @@ func TestIssuedCertificatesVerifyAgainstTheCA(t *testing.T) {
 		} `json:"clusters"`
 		CurrentContext string `json:"current-context"`
 	}
-	if err := yaml.Unmarshal(kubeconfig, &parsed); err != nil {
+	if err := yaml.Unmarshal(data, &parsed); err != nil {
 		t.Fatal(err)
 	}
 	if len(parsed.Clusters) != 1 || parsed.Clusters[0].Cluster.Server != "https://10.200.1.2:6443" ||
-		string(parsed.Clusters[0].Cluster.CA) != string(ca.pem) || parsed.CurrentContext == "" {
-		t.Errorf("kubeconfig:\n%s", kubeconfig)
+		string(parsed.Clusters[0].Cluster.CA) != string(ca.PEM) || parsed.CurrentContext == "" {
+		t.Errorf("kubeconfig:\n%s", data)
 	}
-}
-
-func parseCert(t *testing.T, data []byte) *x509.Certificate {
-	t.Helper()
-	block, _ := pem.Decode(data)
-	if block == nil {
-		t.Fatalf("no PEM in %q", data)
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert
 }
 
 func TestUnderlayAddresses(t *testing.T) {

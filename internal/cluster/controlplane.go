@@ -13,6 +13,9 @@ import (
 	"strings"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
+	"github.com/knext-dev/knext/internal/pki"
 	"github.com/knext-dev/knext/internal/stack"
 )
 
@@ -29,11 +32,14 @@ func (c *Cluster) controlPlaneDir() string { return filepath.Join(c.Dir, "contro
 // kubeconfigs. Each node's are written by createNode.
 func (c *Cluster) createPKI() error {
 	dir := c.pkiDir()
-	ca, err := newAuthority(dir)
+	ca, err := pki.NewAuthority("knext-cluster-ca", certValidity)
 	if err != nil {
 		return err
 	}
-	if err := newServiceAccountKey(dir); err != nil {
+	if err := ca.Write(dir); err != nil {
+		return err
+	}
+	if err := pki.WriteKeyPair(dir, "sa"); err != nil {
 		return err
 	}
 	ips := []net.IP{net.ParseIP(c.ControlPlane.IPs[0]), net.IPv4(127, 0, 0, 1)}
@@ -41,19 +47,19 @@ func (c *Cluster) createPKI() error {
 		// The first address of each Service range is the `kubernetes` Service's.
 		ips = append(ips, mustPrefix(cidr).Addr().Next().AsSlice())
 	}
-	serving, err := ca.issue(certRequest{commonName: "kube-apiserver", server: true, ips: ips,
-		dnsNames: []string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", "localhost"}})
+	serving, err := ca.Issue(pki.Request{CommonName: "kube-apiserver", Server: true, IPs: ips,
+		DNSNames: []string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", "localhost"}})
 	if err != nil {
 		return err
 	}
-	if err := serving.write(dir, "apiserver"); err != nil {
+	if err := serving.Write(dir, "apiserver"); err != nil {
 		return err
 	}
-	kubeletClient, err := ca.issue(certRequest{commonName: apiserverKubelets})
+	kubeletClient, err := ca.Issue(pki.Request{CommonName: apiserverKubelets})
 	if err != nil {
 		return err
 	}
-	if err := kubeletClient.write(dir, "apiserver-kubelet-client"); err != nil {
+	if err := kubeletClient.Write(dir, "apiserver-kubelet-client"); err != nil {
 		return err
 	}
 	kubeconfigs := []struct {
@@ -74,16 +80,40 @@ func (c *Cluster) createPKI() error {
 }
 
 // writeKubeconfig writes a kubeconfig for the API server with a new client certificate of user.
-func (c *Cluster) writeKubeconfig(ca *authority, path, user string, orgs []string) error {
-	cert, err := ca.issue(certRequest{commonName: user, organizations: orgs})
+func (c *Cluster) writeKubeconfig(ca *pki.Authority, path, user string, orgs []string) error {
+	cert, err := ca.Issue(pki.Request{CommonName: user, Organizations: orgs})
 	if err != nil {
 		return err
 	}
-	data, err := ca.kubeconfig(c.ControlPlaneURL(), user, cert)
+	data, err := kubeconfig(ca, c.ControlPlaneURL(), user, cert)
 	if err != nil {
 		return err
 	}
-	return writeSecret(path, data)
+	return pki.WriteSecret(path, data)
+}
+
+// certValidity is long enough for a cluster that is kept for a while, short enough to say "test".
+const certValidity = 365 * 24 * time.Hour
+
+// kubeconfig returns a kubeconfig for server that authenticates with c and trusts ca.
+func kubeconfig(ca *pki.Authority, server, user string, c pki.Certificate) ([]byte, error) {
+	return yaml.Marshal(map[string]any{
+		"apiVersion": "v1",
+		"kind":       "Config",
+		"clusters": []any{map[string]any{
+			"name":    "knext",
+			"cluster": map[string]any{"server": server, "certificate-authority-data": ca.PEM},
+		}},
+		"users": []any{map[string]any{
+			"name": user,
+			"user": map[string]any{"client-certificate-data": c.CertPEM, "client-key-data": c.KeyPEM},
+		}},
+		"contexts": []any{map[string]any{
+			"name":    user + "@knext",
+			"context": map[string]any{"cluster": "knext", "user": user},
+		}},
+		"current-context": user + "@knext",
+	})
 }
 
 // createUnderlay creates the host's bridge and the control plane's network namespace on it.
@@ -108,7 +138,7 @@ func (c *Cluster) underlayAddrs(ips []string) []netip.Prefix {
 
 // controlPlaneProcesses returns the control plane's commands, in start order.
 func (c *Cluster) controlPlaneProcesses() []*Process {
-	pki, cp, k8s := c.pkiDir(), c.controlPlaneDir(), c.Binaries.Kubernetes
+	pkiDir, cp, k8s := c.pkiDir(), c.controlPlaneDir(), c.Binaries.Kubernetes
 	logs := filepath.Join(cp, "logs")
 	process := func(name string, argv ...string) *Process {
 		if old := c.ControlPlane.Processes[name]; old != nil {
@@ -127,15 +157,15 @@ func (c *Cluster) controlPlaneProcesses() []*Process {
 		process("kube-apiserver", filepath.Join(k8s, "kube-apiserver"),
 			"--etcd-servers="+etcdURL,
 			"--advertise-address="+c.ControlPlane.IPs[0], "--secure-port=6443",
-			"--tls-cert-file="+filepath.Join(pki, "apiserver.crt"), "--tls-private-key-file="+filepath.Join(pki, "apiserver.key"),
-			"--client-ca-file="+filepath.Join(pki, "ca.crt"),
-			"--kubelet-client-certificate="+filepath.Join(pki, "apiserver-kubelet-client.crt"),
-			"--kubelet-client-key="+filepath.Join(pki, "apiserver-kubelet-client.key"),
-			"--kubelet-certificate-authority="+filepath.Join(pki, "ca.crt"),
+			"--tls-cert-file="+filepath.Join(pkiDir, "apiserver.crt"), "--tls-private-key-file="+filepath.Join(pkiDir, "apiserver.key"),
+			"--client-ca-file="+filepath.Join(pkiDir, "ca.crt"),
+			"--kubelet-client-certificate="+filepath.Join(pkiDir, "apiserver-kubelet-client.crt"),
+			"--kubelet-client-key="+filepath.Join(pkiDir, "apiserver-kubelet-client.key"),
+			"--kubelet-certificate-authority="+filepath.Join(pkiDir, "ca.crt"),
 			"--kubelet-preferred-address-types=InternalIP",
 			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-			"--service-account-key-file="+filepath.Join(pki, "sa.pub"),
-			"--service-account-signing-key-file="+filepath.Join(pki, "sa.key"),
+			"--service-account-key-file="+filepath.Join(pkiDir, "sa.pub"),
+			"--service-account-signing-key-file="+filepath.Join(pkiDir, "sa.key"),
 			"--service-cluster-ip-range="+strings.Join(serviceCIDRs, ","),
 			"--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
 			"--allow-privileged=true", "--profiling=false", "--v=1"),
@@ -149,10 +179,10 @@ func (c *Cluster) controlPlaneProcesses() []*Process {
 			fmt.Sprintf("--node-cidr-mask-size-ipv6=%d", nodeCIDRMasks[1]),
 			"--service-cluster-ip-range="+strings.Join(serviceCIDRs, ","),
 			"--use-service-account-credentials=true",
-			"--service-account-private-key-file="+filepath.Join(pki, "sa.key"),
-			"--root-ca-file="+filepath.Join(pki, "ca.crt"),
-			"--cluster-signing-cert-file="+filepath.Join(pki, "ca.crt"),
-			"--cluster-signing-key-file="+filepath.Join(pki, "ca.key"),
+			"--service-account-private-key-file="+filepath.Join(pkiDir, "sa.key"),
+			"--root-ca-file="+filepath.Join(pkiDir, "ca.crt"),
+			"--cluster-signing-cert-file="+filepath.Join(pkiDir, "ca.crt"),
+			"--cluster-signing-key-file="+filepath.Join(pkiDir, "ca.key"),
 			"--configure-cloud-routes=false", "--profiling=false", "--v=1"),
 		process("kube-scheduler", filepath.Join(k8s, "kube-scheduler"),
 			"--kubeconfig="+filepath.Join(cp, "scheduler.kubeconfig"),

@@ -24,6 +24,7 @@ import (
 
 	"github.com/knext-dev/knext/internal/kubelethost"
 	"github.com/knext-dev/knext/internal/ociimage"
+	"github.com/knext-dev/knext/internal/pki"
 	"github.com/knext-dev/knext/internal/stack"
 )
 
@@ -218,19 +219,19 @@ func (c *Cluster) createNode(n *NodeState) error {
 			return err
 		}
 	}
-	pki := filepath.Join(n.etcDir(), "kubernetes", "pki")
-	if err := writeSecret(filepath.Join(pki, "ca.crt"), c.ca.pem); err != nil {
+	pkiDir := filepath.Join(n.etcDir(), "kubernetes", "pki")
+	if err := pki.WriteSecret(filepath.Join(pkiDir, "ca.crt"), c.ca.PEM); err != nil {
 		return err
 	}
 	var ips []net.IP
 	for _, ip := range n.IPs {
 		ips = append(ips, net.ParseIP(ip))
 	}
-	serving, err := c.ca.issue(certRequest{commonName: n.Name, dnsNames: []string{n.Name}, ips: ips, server: true})
+	serving, err := c.ca.Issue(pki.Request{CommonName: n.Name, DNSNames: []string{n.Name}, IPs: ips, Server: true})
 	if err != nil {
 		return err
 	}
-	if err := serving.write(pki, "kubelet"); err != nil {
+	if err := serving.Write(pkiDir, "kubelet"); err != nil {
 		return err
 	}
 	kubeconfigs := map[string]string{"kubelet.kubeconfig": "system:node:" + n.Name, "kube-proxy.kubeconfig": "system:kube-proxy"}
