@@ -36,15 +36,15 @@ export KNEXT_BIN_DIR := $(BIN)
 export KNEXT_IMAGES_DIR := $(IMAGES)
 
 # Kubernetes (the kubelet of the kubelet end-to-end suite, and every component of `make cluster`),
-# pinned in contrib/kubernetes/go.mod and cached by version; etcd (contrib/etcd) and CoreDNS
-# (contrib/coredns) likewise.
+# pinned in third_party/kubernetes/go.mod and cached by version; etcd (third_party/etcd) and CoreDNS
+# (third_party/coredns) likewise.
 KUBERNETES_COMMANDS := kubelet kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl
-export KNEXT_KUBELET := $(shell contrib/kubernetes/build.sh -path $(BUILD)/kubernetes)
+export KNEXT_KUBELET := $(shell third_party/kubernetes/build.sh -path $(BUILD)/kubernetes)
 export KNEXT_KUBERNETES_DIR := $(dir $(KNEXT_KUBELET))
-ETCD_TOOL := contrib/etcd go.etcd.io/etcd/server/v3 $(BUILD)/etcd etcd=go.etcd.io/etcd/server/v3
-export KNEXT_ETCD := $(shell contrib/build/gotools.sh -path $(ETCD_TOOL))
-COREDNS_TOOL := contrib/coredns github.com/coredns/coredns $(BUILD)/coredns coredns=github.com/knext-dev/knext/contrib/coredns
-COREDNS := $(shell contrib/build/gotools.sh -path $(COREDNS_TOOL))
+ETCD_TOOL := third_party/etcd go.etcd.io/etcd/server/v3 $(BUILD)/etcd etcd=go.etcd.io/etcd/server/v3
+export KNEXT_ETCD := $(shell script/build/gotools.sh -path $(ETCD_TOOL))
+COREDNS_TOOL := third_party/coredns github.com/coredns/coredns $(BUILD)/coredns coredns=github.com/knext-dev/knext/third_party/coredns
+COREDNS := $(shell script/build/gotools.sh -path $(COREDNS_TOOL))
 # The cluster's state (make cluster, make cluster-down) and nri-bridge's manifest it applies.
 CLUSTER_DIR := $(BUILD)/cluster
 NODES ?= 2
@@ -52,8 +52,8 @@ RUNTIME ?= knext
 # kube-proxy's mode on the nodes: nftables or iptables.
 PROXY_MODE ?= nftables
 export KNEXT_CLUSTER_PROXY_MODE := $(PROXY_MODE)
-export KNEXT_NRI_BRIDGE_MANIFEST := $(CURDIR)/contrib/nri-bridge/daemonset.yaml
-# `make release`'s tarball (contrib/release), which a test unpacks and runs the demo from.
+export KNEXT_NRI_BRIDGE_MANIFEST := $(CURDIR)/deploy/nri-bridge/daemonset.yaml
+# `make release`'s tarball (deploy/release), which a test unpacks and runs the demo from.
 RELEASE_DIR := $(BUILD)/release
 export KNEXT_RELEASE := $(RELEASE_DIR)/knext-$(TAG)-linux-$(shell go env GOARCH).tar.gz
 
@@ -62,8 +62,8 @@ export KNEXT_RELEASE := $(RELEASE_DIR)/knext-$(TAG)-linux-$(shell go env GOARCH)
 all: build
 
 src: $(SRC_STAMP)
-$(SRC_STAMP): go.mod $(PATCHES) $(wildcard contrib/build/*.sh)
-	@contrib/build/src.sh $(BUILD)
+$(SRC_STAMP): go.mod $(PATCHES) $(wildcard script/build/*.sh)
+	@script/build/src.sh $(BUILD)
 	@touch $@
 
 # nri-bridge is static: the same binary runs on the host and in nri-bridge's image.
@@ -78,61 +78,61 @@ upstream:
 	GOWORK=off go build -C $$dir -tags "$(GO_TAGS)" -o $(UPSTREAM_BIN)/containerd ./cmd/containerd && \
 	GOWORK=off CGO_ENABLED=0 go build -C $$dir -tags "$(SHIM_TAGS)" -o $(UPSTREAM_BIN)/containerd-shim-runc-v2 ./cmd/containerd-shim-runc-v2
 
-# Image archives (internal/harness/testimages): the test images knext.local/pause:3.10 and
+# Image archives (internal/ociimage): the test images knext.local/pause:3.10 and
 # knext.local/busybox:1.35, and nri-bridge's image knext.local/nri-bridge:$(TAG).
 images: build
-	CGO_ENABLED=0 go build -trimpath -ldflags=-s -o $(IMAGES)/pause ./contrib/images/pause
-	go run ./contrib/images -pause-binary $(IMAGES)/pause -busybox /bin/busybox \
+	CGO_ENABLED=0 go build -trimpath -ldflags=-s -o $(IMAGES)/pause ./internal/ociimage/pause
+	go run ./cmd/knext-images -pause-binary $(IMAGES)/pause -busybox /bin/busybox \
 		-nri-bridge-binary $(BIN)/nri-bridge -nri-bridge-image knext.local/nri-bridge:$(TAG) -out $(IMAGES)
 
 # Builds the pinned kubelet from the Go module proxy unless $(KNEXT_KUBELET) is already there.
 kubelet:
-	@contrib/kubernetes/build.sh $(BUILD)/kubernetes >/dev/null
+	@third_party/kubernetes/build.sh $(BUILD)/kubernetes >/dev/null
 
 # Every component of the cluster, each built from the Go module proxy once per pinned version.
 cluster-tools:
-	@contrib/kubernetes/build.sh $(BUILD)/kubernetes $(KUBERNETES_COMMANDS) >/dev/null
-	@contrib/build/gotools.sh $(ETCD_TOOL) >/dev/null
-	@contrib/build/gotools.sh $(COREDNS_TOOL) >/dev/null
+	@third_party/kubernetes/build.sh $(BUILD)/kubernetes $(KUBERNETES_COMMANDS) >/dev/null
+	@script/build/gotools.sh $(ETCD_TOOL) >/dev/null
+	@script/build/gotools.sh $(COREDNS_TOOL) >/dev/null
 
 # The cluster's own images: CoreDNS (tagged with its version) and the test workloads' netcheck.
 cluster-images: cluster-tools
-	CGO_ENABLED=0 go build -trimpath -ldflags=-s -o $(IMAGES)/netcheck ./contrib/cluster/netcheck
-	go run ./contrib/images -image knext.local/coredns:$(notdir $(patsubst %/,%,$(dir $(COREDNS))))=$(COREDNS) \
+	CGO_ENABLED=0 go build -trimpath -ldflags=-s -o $(IMAGES)/netcheck ./internal/cluster/netcheck
+	go run ./cmd/knext-images -image knext.local/coredns:$(notdir $(patsubst %/,%,$(dir $(COREDNS))))=$(COREDNS) \
 		-image knext.local/netcheck:$(TAG)=$(IMAGES)/netcheck -out $(IMAGES)
 
 # A local Kubernetes cluster of $(NODES) nodes on knext without CNI, nri-bridge as its network
 # (RUNTIME=upstream: upstream containerd with CNI); it stays up until `make cluster-down`
 # (docs/cluster.md).
 cluster: build upstream images cluster-images
-	@contrib/ci/check-deps.sh
-	go build -o $(BIN)/knext-cluster ./contrib/cluster/knext-cluster
+	@script/ci/check-deps.sh
+	go build -o $(BIN)/knext-cluster ./cmd/knext-cluster
 	$(BIN)/knext-cluster up -dir $(CLUSTER_DIR) -nodes $(NODES) -runtime $(RUNTIME)
 
 cluster-down:
-	go build -o $(BIN)/knext-cluster ./contrib/cluster/knext-cluster
+	go build -o $(BIN)/knext-cluster ./cmd/knext-cluster
 	$(BIN)/knext-cluster down -dir $(CLUSTER_DIR)
 
 # The release tarball and its checksum file in $(RELEASE_DIR) (docs/release.md).
 release: build images
-	@contrib/release/release.sh $(BIN) $(IMAGES) $(KNEXT_RELEASE)
+	@deploy/release/release.sh $(BIN) $(IMAGES) $(KNEXT_RELEASE)
 
 # The README's run command: a real pod on a self-contained knext containerd under build/demo.
 demo: build images
-	@contrib/ci/check-deps.sh
-	go build -o $(BIN)/knext-demo ./contrib/demo
+	@script/ci/check-deps.sh
+	go build -o $(BIN)/knext-demo ./cmd/knext-demo
 	$(BIN)/knext-demo -root $(BUILD)/demo
 
 integration: build upstream images kubelet release cluster-images
 	go test -race -count=1 -p 2 -timeout 30m ./integration/...
 
-# The README's test command: every suite, counted per suite (contrib/ci/test.sh).
+# The README's test command: every suite, counted per suite (script/ci/test.sh).
 test: build upstream images kubelet release cluster-images
-	@contrib/ci/check-deps.sh
-	@contrib/build/verify.sh
-	@contrib/build/verify-proto.sh
-	@contrib/ci/lint.sh
-	@contrib/ci/test.sh
+	@script/ci/check-deps.sh
+	@script/build/verify.sh
+	@script/build/verify-proto.sh
+	@script/ci/lint.sh
+	@script/ci/test.sh
 
 BENCH := $(BUILD)/bench
 # knext against upstream containerd, in one run (docs/performance.md): PodSandboxStatus cost, pod
@@ -141,9 +141,9 @@ BENCH := $(BUILD)/bench
 # BENCH_FLAGS, e.g. BENCH_FLAGS="-repeats 8 -benchmarks lifecycle"; `make bench-cluster` runs the
 # cluster part alone.
 bench: build upstream images cluster-images
-	@contrib/ci/check-deps.sh
-	go build -o $(BENCH)/knext-bench ./contrib/bench
-	go build -o $(BENCH)/statusplugin ./contrib/bench/statusplugin
+	@script/ci/check-deps.sh
+	go build -o $(BENCH)/knext-bench ./cmd/knext-bench
+	go build -o $(BENCH)/statusplugin ./internal/bench/statusplugin
 	$(BENCH)/knext-bench -knext $(BIN)/containerd -upstream $(UPSTREAM_BIN)/containerd \
 		-plugin $(BENCH)/statusplugin -nri-bridge $(BIN)/nri-bridge -out $(BENCH)/report.json $(BENCH_FLAGS)
 
@@ -154,21 +154,21 @@ bench-cluster:
 # report of `make bench` (BENCH_REPORT, by default the last run's).
 BENCH_REPORT ?= $(BENCH)/report.json
 bench-doc:
-	go run ./contrib/bench doc -report $(BENCH_REPORT)
+	go run ./cmd/knext-bench doc -report $(BENCH_REPORT)
 
 # The CRI validation suite (critest) against upstream containerd with CNI, knext with CNI and knext
 # CNI-less with nri-bridge, in one run, compared (docs/conformance.md); not part of `make test`.
 # critest comes from cri-tools at the version crictl is pinned to; the images it pulls are rebuilt
 # and served locally. Tune it with CONFORMANCE_FLAGS, e.g. "-parallel" or "-only knext-cniless".
-CRI_TOOLS_VERSION := $(shell cat contrib/ci/cri-tools.version)
+CRI_TOOLS_VERSION := $(shell cat script/ci/cri-tools.version)
 CONFORMANCE := $(BUILD)/conformance
 CRITEST := $(CONFORMANCE)/critest-$(CRI_TOOLS_VERSION)
 BUSYBOX_DYNAMIC := /usr/local/lib/knext/busybox
 conformance: build upstream images $(CRITEST)
-	@contrib/ci/check-deps.sh
-	CGO_ENABLED=0 go build -trimpath -ldflags=-s -o $(CONFORMANCE)/fakenginx ./contrib/conformance/fakenginx
-	CGO_ENABLED=0 go build -trimpath -ldflags=-s -o $(CONFORMANCE)/nnp ./contrib/conformance/nnp
-	go build -o $(CONFORMANCE)/knext-conformance ./contrib/conformance
+	@script/ci/check-deps.sh
+	CGO_ENABLED=0 go build -trimpath -ldflags=-s -o $(CONFORMANCE)/fakenginx ./internal/conformance/fakenginx
+	CGO_ENABLED=0 go build -trimpath -ldflags=-s -o $(CONFORMANCE)/nnp ./internal/conformance/nnp
+	go build -o $(CONFORMANCE)/knext-conformance ./cmd/knext-conformance
 	$(CONFORMANCE)/knext-conformance images -busybox $(BUSYBOX_DYNAMIC) -pause $(IMAGES)/pause \
 		-fakenginx $(CONFORMANCE)/fakenginx -nnp $(CONFORMANCE)/nnp -out $(CONFORMANCE)/critest-images.tar
 	$(CONFORMANCE)/knext-conformance run -critest $(CRITEST) -images $(CONFORMANCE)/critest-images.tar \
@@ -181,7 +181,7 @@ $(CRITEST):
 	echo "building critest $(CRI_TOOLS_VERSION) from $$dir"; \
 	GOWORK=off go test -C $$dir -c -o $@ -ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=$(CRI_TOOLS_VERSION:v%=%)" ./cmd/critest
 
-# Kubernetes' own end-to-end suite (e2e.test at the version contrib/kubernetes pins) on a cluster of
+# Kubernetes' own end-to-end suite (e2e.test at the version third_party/kubernetes pins) on a cluster of
 # $(NODES) knext nodes (CNI-less, nri-bridge) and then on one of upstream containerd with CNI,
 # compared spec by spec into docs/conformance.md; not part of `make test`. e2e.test and agnhost are
 # built like the kubelet, once per version; the images the specs run are rebuilt locally on a
@@ -196,9 +196,9 @@ k8s-conformance-subset: K8S_CONFORMANCE_FOCUS = $(K8S_CONFORMANCE_SUBSET)
 k8s-conformance-subset: K8S_CONFORMANCE_DOC =
 E2E_ROOTFS := $(K8S_CONFORMANCE)/rootfs-bookworm.tar
 k8s-conformance k8s-conformance-subset: build upstream images cluster-images $(E2E_ROOTFS)
-	@contrib/ci/check-deps.sh
-	@contrib/kubernetes/build.sh $(BUILD)/kubernetes e2e.test agnhost >/dev/null
-	go build -o $(K8S_CONFORMANCE)/knext-k8s-conformance ./contrib/k8sconformance
+	@script/ci/check-deps.sh
+	@third_party/kubernetes/build.sh $(BUILD)/kubernetes e2e.test agnhost >/dev/null
+	go build -o $(K8S_CONFORMANCE)/knext-k8s-conformance ./cmd/knext-k8s-conformance
 	@dir=$$(GOWORK=off go mod download -json k8s.io/kubernetes@$(notdir $(patsubst %/,%,$(KNEXT_KUBERNETES_DIR))) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p'); \
 	[ -n "$$dir" ] || { echo "cannot download k8s.io/kubernetes from the Go module proxy" >&2; exit 1; }; \
 	$(K8S_CONFORMANCE)/knext-k8s-conformance images -e2e-test $(KNEXT_KUBERNETES_DIR)e2e.test -rootfs $(E2E_ROOTFS) \
@@ -208,36 +208,36 @@ k8s-conformance k8s-conformance-subset: build upstream images cluster-images $(E
 		-images $(K8S_CONFORMANCE)/e2e-images.tar -nodes $(NODES) -focus '$(K8S_CONFORMANCE_FOCUS)' \
 		-out $(K8S_CONFORMANCE)/results/$@ -doc '$(K8S_CONFORMANCE_DOC)' $(K8S_CONFORMANCE_FLAGS)
 
-$(E2E_ROOTFS): contrib/k8sconformance/rootfs.sh
-	@contrib/ci/check-deps.sh
-	contrib/k8sconformance/rootfs.sh $@
+$(E2E_ROOTFS): internal/k8sconformance/rootfs.sh
+	@script/ci/check-deps.sh
+	internal/k8sconformance/rootfs.sh $@
 
 patches:
-	@contrib/build/export.sh $(BUILD) patches
+	@script/build/export.sh $(BUILD) patches
 
 verify:
-	@contrib/build/verify.sh
+	@script/build/verify.sh
 
 # The pinned and newest upstream versions, and whether the series applies to the newest (never fails).
 upstream-check:
-	@contrib/build/upstream-check.sh
+	@script/build/upstream-check.sh
 
 # Regenerating upstream's own proto reproduces its generated files; materializing is deterministic.
 verify-proto:
-	@contrib/build/verify-proto.sh
+	@script/build/verify-proto.sh
 
 # Every step of every series builds and passes the tests of the packages its patch touches
 # (incremental: a step that passed at the same commit is not run again).
 verify-series:
-	@contrib/build/verify-series.sh
+	@script/build/verify-series.sh
 
 # The series as they would be pushed upstream (generated code committed): build/upstream-branches.
 upstream-branches:
-	@contrib/build/upstream-branches.sh
+	@script/build/upstream-branches.sh
 
 # Upstream's own CI checks on those branches, counted (not part of `make test`: see docs/developing.md).
 upstream-ci: upstream-branches
-	@contrib/build/upstream-ci.sh
+	@script/build/upstream-ci.sh
 
 clean:
 	rm -rf $(BUILD)

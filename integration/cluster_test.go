@@ -37,9 +37,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/contrib/cluster"
-	"github.com/knext-dev/knext/internal/harness"
-	"github.com/knext-dev/knext/internal/harness/testimages"
+	"github.com/knext-dev/knext/internal/cluster"
+	"github.com/knext-dev/knext/internal/ociimage"
+	"github.com/knext-dev/knext/internal/stack"
 )
 
 const (
@@ -123,7 +123,7 @@ func startCluster(t *testing.T, runtime string) *clusterEnv {
 			// Everything the nodes ran (their shims above all) must be gone after Down.
 			var nodeProcesses []int
 			for _, n := range c.Nodes {
-				pids, err := harness.MountNamespaceProcesses(n.MountNS)
+				pids, err := stack.MountNamespaceProcesses(n.MountNS)
 				if err != nil {
 					t.Errorf("processes of %s: %v", n.Name, err)
 				}
@@ -133,7 +133,7 @@ func startCluster(t *testing.T, runtime string) *clusterEnv {
 				t.Errorf("cluster down: %v", err)
 			}
 			for _, pid := range nodeProcesses {
-				if harness.ProcessAlive(pid) {
+				if stack.ProcessAlive(pid) {
 					cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 					t.Errorf("pid %d of a node outlived cluster down: %s", pid, strings.ReplaceAll(string(cmdline), "\x00", " "))
 				}
@@ -148,7 +148,7 @@ func startCluster(t *testing.T, runtime string) *clusterEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	image, err := testimages.ImageName(filepath.Join(os.Getenv(cluster.ImagesDirEnv), cluster.NetcheckArchive))
+	image, err := ociimage.ImageName(filepath.Join(os.Getenv(cluster.ImagesDirEnv), cluster.NetcheckArchive))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,11 +165,11 @@ func startCluster(t *testing.T, runtime string) *clusterEnv {
 
 func logClusterTails(t *testing.T, c *cluster.Cluster) {
 	for _, p := range c.ControlPlane.Processes {
-		t.Log(harness.Tail(p.Log, 15, nil))
+		t.Log(stack.Tail(p.Log, 15, nil))
 	}
 	for _, n := range c.Nodes {
 		for _, p := range n.Processes {
-			t.Log(harness.Tail(p.Log, 30, nil))
+			t.Log(stack.Tail(p.Log, 30, nil))
 		}
 	}
 }
@@ -207,7 +207,7 @@ func (f *figureLog) add(t *testing.T, format string, args ...any) {
 // check's last error.
 func (e *clusterEnv) pollUntil(t *testing.T, timeout time.Duration, what string, check func() error) {
 	t.Helper()
-	if err := harness.Poll(e.ctx, timeout, 500*time.Millisecond, check); err != nil {
+	if err := stack.Poll(e.ctx, timeout, 500*time.Millisecond, check); err != nil {
 		t.Fatalf("not %s: %v", what, err)
 	}
 }
@@ -1095,7 +1095,7 @@ func (e *clusterEnv) testFaults(t *testing.T) {
 			if err := e.client.CoreV1().Pods("kube-system").Delete(e.ctx, old.Name, metav1.DeleteOptions{}); err != nil {
 				return err
 			}
-			return harness.Poll(e.ctx, 3*time.Minute, 500*time.Millisecond, func() error {
+			return stack.Poll(e.ctx, 3*time.Minute, 500*time.Millisecond, func() error {
 				pod, err := e.nriBridgePod("node-1")
 				if err != nil {
 					return err
@@ -1150,7 +1150,7 @@ func (e *clusterEnv) testFaults(t *testing.T) {
 // waitKubeletBack waits until the node's kubelet renewed its Lease after since: a restarted
 // kubelet is running again, and the Node stays Ready meanwhile, so Ready alone does not tell.
 func (e *clusterEnv) waitKubeletBack(node string, since time.Time) error {
-	return harness.Poll(e.ctx, 2*time.Minute, 500*time.Millisecond, func() error {
+	return stack.Poll(e.ctx, 2*time.Minute, 500*time.Millisecond, func() error {
 		lease, err := e.client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(e.ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -1191,14 +1191,14 @@ func (e *clusterEnv) updateNRIBridge(t *testing.T) error {
 		return err
 	}
 	next := ds.Spec.Template.Spec.Containers[0].Image + "-next"
-	image, err := testimages.NRIBridge(next, filepath.Join(os.Getenv(cluster.BinDirEnv), "nri-bridge"))
+	image, err := ociimage.NRIBridge(next, filepath.Join(os.Getenv(cluster.BinDirEnv), "nri-bridge"))
 	if err != nil {
 		return err
 	}
 	// Another version is another image, not another name of the same one.
-	image.Config.Labels = map[string]string{ocispec.AnnotationVersion: strings.TrimPrefix(next, testimages.NRIBridgeRepository+":")}
-	archive := filepath.Join(t.TempDir(), testimages.NRIBridgeArchive)
-	if err := testimages.WriteArchiveFile(archive, image); err != nil {
+	image.Config.Labels = map[string]string{ocispec.AnnotationVersion: strings.TrimPrefix(next, ociimage.NRIBridgeRepository+":")}
+	archive := filepath.Join(t.TempDir(), ociimage.NRIBridgeArchive)
+	if err := ociimage.WriteArchiveFile(archive, image); err != nil {
 		return err
 	}
 	for _, n := range e.c.Nodes {
@@ -1226,7 +1226,7 @@ func (e *clusterEnv) updateNRIBridge(t *testing.T) error {
 
 // waitDaemonSet waits until nri-bridge runs, up to date and ready, on every node.
 func (e *clusterEnv) waitDaemonSet() error {
-	return harness.Poll(e.ctx, 3*time.Minute, 500*time.Millisecond, func() error {
+	return stack.Poll(e.ctx, 3*time.Minute, 500*time.Millisecond, func() error {
 		ds, err := e.client.AppsV1().DaemonSets("kube-system").Get(e.ctx, "nri-bridge", metav1.GetOptions{})
 		if err != nil {
 			return err

@@ -10,17 +10,17 @@ import (
 	"github.com/vishvananda/netlink"
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/internal/harness"
-	"github.com/knext-dev/knext/internal/harness/testimages"
+	"github.com/knext-dev/knext/internal/ociimage"
+	"github.com/knext-dev/knext/internal/stack"
 )
 
 // allocationFile is where host-local records that ip is allocated.
-func allocationFile(h *harness.Harness, ip string) string {
+func allocationFile(h *stack.Stack, ip string) string {
 	return filepath.Join(h.IPAMDataDir, h.Network, ip)
 }
 
 // bridgePorts counts the interfaces attached to the instance's bridge (one veth per live pod).
-func bridgePorts(t *testing.T, h *harness.Harness) int {
+func bridgePorts(t *testing.T, h *stack.Stack) int {
 	t.Helper()
 	ports, err := h.BridgePorts()
 	if err != nil {
@@ -31,7 +31,7 @@ func bridgePorts(t *testing.T, h *harness.Harness) int {
 
 func TestPodGetsCNIIP(t *testing.T) {
 	t.Parallel()
-	h, ctx := startHarness(t, harness.Options{})
+	h, ctx := startHarness(t, stack.Options{})
 	id := runPod(t, ctx, h, h.PodConfig("cni-ip"))
 
 	status := podStatus(t, ctx, h, id)
@@ -62,14 +62,14 @@ func TestPodGetsCNIIP(t *testing.T) {
 
 func TestContainerExec(t *testing.T) {
 	t.Parallel()
-	h, ctx := startHarness(t, harness.Options{})
+	h, ctx := startHarness(t, stack.Options{})
 	podConfig := h.PodConfig("exec")
 	podID := runPod(t, ctx, h, podConfig)
 	podIP := podStatus(t, ctx, h, podID).GetNetwork().GetIp()
 
 	created, err := h.Runtime.CreateContainer(ctx, &criruntime.CreateContainerRequest{
 		PodSandboxId:  podID,
-		Config:        h.ContainerConfig("sleeper", testimages.BusyboxImage, "sleep", "3600"),
+		Config:        h.ContainerConfig("sleeper", ociimage.BusyboxImage, "sleep", "3600"),
 		SandboxConfig: podConfig,
 	})
 	if err != nil {
@@ -117,7 +117,7 @@ func TestContainerExec(t *testing.T) {
 
 func TestHostNetworkPodHasNoIP(t *testing.T) {
 	t.Parallel()
-	h, ctx := startHarness(t, harness.Options{})
+	h, ctx := startHarness(t, stack.Options{})
 	id := runPod(t, ctx, h, h.HostNetworkPodConfig("host-net"))
 
 	network := podStatus(t, ctx, h, id).GetNetwork()
@@ -145,7 +145,7 @@ func TestHostNetworkPodHasNoIP(t *testing.T) {
 
 func TestStopAndRemoveReleaseIP(t *testing.T) {
 	t.Parallel()
-	h, ctx := startHarness(t, harness.Options{})
+	h, ctx := startHarness(t, stack.Options{})
 	id := runPod(t, ctx, h, h.PodConfig("release"))
 	ip := podStatus(t, ctx, h, id).GetNetwork().GetIp()
 	if _, err := os.Stat(allocationFile(h, ip)); err != nil {
@@ -193,7 +193,7 @@ func TestStopAndRemoveReleaseIP(t *testing.T) {
 
 func TestRestartKeepsPodAndIP(t *testing.T) {
 	t.Parallel()
-	h, ctx := startHarness(t, harness.Options{})
+	h, ctx := startHarness(t, stack.Options{})
 	id := runPod(t, ctx, h, h.PodConfig("restart"))
 	ip := podStatus(t, ctx, h, id).GetNetwork().GetIp()
 	before := h.PID()

@@ -13,7 +13,7 @@ import (
 
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/internal/harness"
+	"github.com/knext-dev/knext/internal/stack"
 )
 
 // noIPError is how a CNI-less RunPodSandbox fails when no NRI plugin gave the pod an IP
@@ -44,7 +44,7 @@ func (n *cniLessNode) wantNoIPFailure(t *testing.T, err error, livePods int, par
 // wantNothingLeftBehind checks that the pod sandbox id, whose RunPodSandbox failed, left nothing
 // behind: no pod in CRI (nor crictl pods), no sandbox or container in containerd, no network
 // namespace beyond the livePods' own.
-func wantNothingLeftBehind(t *testing.T, ctx context.Context, h *harness.Harness, id string, livePods int) {
+func wantNothingLeftBehind(t *testing.T, ctx context.Context, h *stack.Stack, id string, livePods int) {
 	t.Helper()
 	var leftovers []string
 	pods, err := h.Runtime.ListPodSandbox(ctx, &criruntime.ListPodSandboxRequest{})
@@ -101,7 +101,7 @@ func TestCNILessPodWithoutIPFailsToStart(t *testing.T) {
 	t.Parallel()
 	// A /30 holds one pod address: a later pod getting it proves that a failed pod released it.
 	var pool string
-	n := startCNILessNodeFollowing(t, "bridge", func(h *harness.Harness) []string {
+	n := startCNILessNodeFollowing(t, "bridge", func(h *stack.Stack) []string {
 		pool = netip.PrefixFrom(netip.MustParsePrefix(ipv4Subnet(h)).Addr(), 30).String()
 		return []string{"-ipv4-subnet", pool}
 	})
@@ -158,7 +158,7 @@ func TestCNILessPodWithoutIPFailsToStart(t *testing.T) {
 func TestCNIDisabledUnderRunningCNIPod(t *testing.T) {
 	t.Parallel()
 	binDir, invocations := recordingCNIBinDir(t)
-	h, ctx := startHarness(t, harness.Options{CNIBinDir: binDir})
+	h, ctx := startHarness(t, stack.Options{CNIBinDir: binDir})
 	config := h.PodConfig("cni-pod")
 	id := runPod(t, ctx, h, config)
 	runContainer(t, ctx, h, id, config, "sleeper")

@@ -18,20 +18,20 @@ import (
 
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/internal/harness"
+	"github.com/knext-dev/knext/internal/stack"
 )
 
 // nriBridgeName is nri-bridge's NRI name with its default -idx and -name.
-const nriBridgeName = "10-" + harness.NRIBridgePlugin
+const nriBridgeName = "10-" + stack.NRIBridgePlugin
 
 // cniDisabled is the daemon configuration of a CNI-less node without network_plugin: NetworkReady
 // follows any plugin subscribed to PodSandboxStatus.
-var cniDisabled = harness.CNILessConfig("")
+var cniDisabled = stack.CNILessConfig("")
 
 // cniLessBridge is the daemon configuration of a CNI-less node whose pod network is nri-bridge:
 // NetworkReady follows it (it reports pods' IPs at RunPodSandbox only, which is no subscription
 // to PodSandboxStatus).
-var cniLessBridge = harness.CNILessConfig(harness.NRIBridgePlugin)
+var cniLessBridge = stack.CNILessConfig(stack.NRIBridgePlugin)
 
 // nriAtRunPodSandbox is how verbose status shows an IP a plugin reported in its RunPodSandbox
 // answer, as nri-bridge does.
@@ -53,7 +53,7 @@ func nriBridgePath(t *testing.T) string {
 func podIPObserverPath(t *testing.T) string {
 	return podIPObserverBinary.get(t, func(dir string) (string, error) {
 		path := filepath.Join(dir, "podipobserver")
-		_, err := goCommand(nil, "build", "-o", path, "./podipobserver")
+		_, err := goCommand(nil, "build", "-o", path, "github.com/knext-dev/knext/test/plugins/podipobserver")
 		return path, err
 	})
 }
@@ -88,36 +88,36 @@ func cniInvocations(t *testing.T, invocations string) []string {
 
 // cniLessNode is a harness with CNI disabled, the CNI invocations recorded, and nri-bridge.
 type cniLessNode struct {
-	h           *harness.Harness
+	h           *stack.Stack
 	ctx         context.Context
 	invocations string
 	bridgeArgs  []string
-	bridge      *harness.Process // nil while not started
+	bridge      *stack.Process // nil while not started
 }
 
 // subnets of a node's nri-bridge: the harness's own /24 (no CNI bridge uses it without CNI) and
 // an IPv6 /64 derived from it.
-func ipv4Subnet(h *harness.Harness) string { return h.Subnet.String() }
+func ipv4Subnet(h *stack.Stack) string { return h.Subnet.String() }
 
-func ipv6Subnet(h *harness.Harness) string { return h.NRIBridgeIPv6Subnet() }
+func ipv6Subnet(h *stack.Stack) string { return h.NRIBridgeIPv6Subnet() }
 
 // startCNILessNode starts a CNI-less containerd whose network nri-bridge provides; subnets gives
 // nri-bridge's subnet flags (e.g. "-ipv4-subnet", ipv4Subnet(h)) once the harness exists.
 // nri-bridge is not started.
-func startCNILessNode(t *testing.T, subnets func(h *harness.Harness) []string) *cniLessNode {
+func startCNILessNode(t *testing.T, subnets func(h *stack.Stack) []string) *cniLessNode {
 	t.Helper()
-	return startCNILessNodeFollowing(t, harness.NRIBridgePlugin, subnets)
+	return startCNILessNodeFollowing(t, stack.NRIBridgePlugin, subnets)
 }
 
 // startCNILessNodeFollowing is startCNILessNode with network_plugin = networkPlugin (none if "").
-func startCNILessNodeFollowing(t *testing.T, networkPlugin string, subnets func(h *harness.Harness) []string) *cniLessNode {
+func startCNILessNodeFollowing(t *testing.T, networkPlugin string, subnets func(h *stack.Stack) []string) *cniLessNode {
 	t.Helper()
-	return startCNILessNodeWith(t, harness.Options{ExtraConfig: harness.CNILessConfig(networkPlugin)}, subnets)
+	return startCNILessNodeWith(t, stack.Options{ExtraConfig: stack.CNILessConfig(networkPlugin)}, subnets)
 }
 
 // startCNILessNodeWith is startCNILessNode with opts for the harness (ExtraConfig holds the
 // CNI-less configuration).
-func startCNILessNodeWith(t *testing.T, opts harness.Options, subnets func(h *harness.Harness) []string) *cniLessNode {
+func startCNILessNodeWith(t *testing.T, opts stack.Options, subnets func(h *stack.Stack) []string) *cniLessNode {
 	t.Helper()
 	binDir, invocations := recordingCNIBinDir(t)
 	opts.SkipNetworkReadyWait, opts.CNIBinDir = true, binDir
@@ -131,7 +131,7 @@ func startCNILessNodeWith(t *testing.T, opts harness.Options, subnets func(h *ha
 	return n
 }
 
-func dualStack(h *harness.Harness) []string {
+func dualStack(h *stack.Stack) []string {
 	return []string{"-ipv4-subnet", ipv4Subnet(h), "-ipv6-subnet", ipv6Subnet(h)}
 }
 
@@ -156,7 +156,7 @@ func (n *cniLessNode) killBridge(t *testing.T) {
 }
 
 func (n *cniLessNode) bridgeLog() string {
-	data, err := os.ReadFile(filepath.Join(n.h.Root, harness.NRIBridgeProcess+".log"))
+	data, err := os.ReadFile(filepath.Join(n.h.Root, stack.NRIBridgeProcess+".log"))
 	if err != nil {
 		return fmt.Sprintf("(no nri-bridge log: %v)", err)
 	}
@@ -164,7 +164,7 @@ func (n *cniLessNode) bridgeLog() string {
 }
 
 // networkCondition returns the NetworkReady condition of CRI Status.
-func networkCondition(t *testing.T, ctx context.Context, h *harness.Harness) *criruntime.RuntimeCondition {
+func networkCondition(t *testing.T, ctx context.Context, h *stack.Stack) *criruntime.RuntimeCondition {
 	t.Helper()
 	cond, err := h.NetworkCondition(ctx)
 	if err != nil {
@@ -176,14 +176,14 @@ func networkCondition(t *testing.T, ctx context.Context, h *harness.Harness) *cr
 // waitNetworkReady waits for NetworkReady to become want.
 func (n *cniLessNode) waitNetworkReady(t *testing.T, want bool) {
 	t.Helper()
-	if err := n.h.WaitNetworkReady(n.ctx, want, harness.NetworkReadyTimeout); err != nil {
+	if err := n.h.WaitNetworkReady(n.ctx, want, stack.NetworkReadyTimeout); err != nil {
 		t.Fatalf("%v\n%s", err, n.bridgeLog())
 	}
 }
 
 // execIn runs cmd in container id and returns its standard output; it fails the test unless cmd
 // exits 0.
-func execIn(t *testing.T, ctx context.Context, h *harness.Harness, id string, cmd ...string) string {
+func execIn(t *testing.T, ctx context.Context, h *stack.Stack, id string, cmd ...string) string {
 	t.Helper()
 	resp, err := h.Runtime.ExecSync(ctx, &criruntime.ExecSyncRequest{ContainerId: id, Cmd: cmd, Timeout: 30})
 	if err != nil {
@@ -196,7 +196,7 @@ func execIn(t *testing.T, ctx context.Context, h *harness.Harness, id string, cm
 }
 
 // netnsAddrs returns the global addresses of interface dev as the pod's container sees them.
-func netnsAddrs(t *testing.T, ctx context.Context, h *harness.Harness, containerID, dev string) []string {
+func netnsAddrs(t *testing.T, ctx context.Context, h *stack.Stack, containerID, dev string) []string {
 	t.Helper()
 	var addrs []string
 	for line := range strings.SplitSeq(execIn(t, ctx, h, containerID, "ip", "-o", "addr", "show", "dev", dev), "\n") {
@@ -247,7 +247,7 @@ func sortedCopy(s []string) []string {
 }
 
 // inspectpPodNetwork returns the podNetwork info that `crictl inspectp` shows.
-func inspectpPodNetwork(t *testing.T, ctx context.Context, h *harness.Harness, id string) podNetworkInfo {
+func inspectpPodNetwork(t *testing.T, ctx context.Context, h *stack.Stack, id string) podNetworkInfo {
 	t.Helper()
 	out := crictlInspectpOutput(t, ctx, h, id)
 	var shown struct {
@@ -273,7 +273,7 @@ func inSubnet(t *testing.T, ip, subnet string) {
 
 func TestCNILessPodsNetworkedByNRIBridge(t *testing.T) {
 	t.Parallel()
-	n := startCNILessNode(t, func(h *harness.Harness) []string { return []string{"-ipv4-subnet", ipv4Subnet(h)} })
+	n := startCNILessNode(t, func(h *stack.Stack) []string { return []string{"-ipv4-subnet", ipv4Subnet(h)} })
 	n.startBridge(t)
 	gateway := netip.MustParsePrefix(ipv4Subnet(n.h)).Addr().Next().String()
 
@@ -313,7 +313,7 @@ func TestCNILessPodsNetworkedByNRIBridge(t *testing.T) {
 
 func TestCNILessNetworkReadyFollowsThePlugin(t *testing.T) {
 	t.Parallel()
-	n := startCNILessNode(t, func(h *harness.Harness) []string { return []string{"-ipv4-subnet", ipv4Subnet(h)} })
+	n := startCNILessNode(t, func(h *stack.Stack) []string { return []string{"-ipv4-subnet", ipv4Subnet(h)} })
 
 	before := networkCondition(t, n.ctx, n.h)
 	if before.Status || before.Reason != "NRINetworkPluginNotReady" || !strings.Contains(before.Message, `"bridge" (network_plugin)`) {
@@ -338,7 +338,7 @@ func TestCNILessNetworkReadyFollowsThePlugin(t *testing.T) {
 func TestCNILessNRIDisabledIsNeverNetworkReady(t *testing.T) {
 	t.Parallel()
 	binDir, _ := recordingCNIBinDir(t)
-	h, ctx := startHarness(t, harness.Options{SkipNetworkReadyWait: true, CNIBinDir: binDir,
+	h, ctx := startHarness(t, stack.Options{SkipNetworkReadyWait: true, CNIBinDir: binDir,
 		ExtraConfig: cniDisabled + "[plugins.'io.containerd.nri.v1.nri']\ndisable = true\n"})
 	cond := networkCondition(t, ctx, h)
 	if cond.Status || cond.Reason != "NRINetworkPluginNotReady" || !strings.Contains(cond.Message, "NRI is disabled") {
@@ -395,7 +395,7 @@ func TestCNILessRestartsKeepAllocations(t *testing.T) {
 }
 
 // netnsCount counts containerd's network namespace mounts.
-func netnsCount(t *testing.T, h *harness.Harness) int {
+func netnsCount(t *testing.T, h *stack.Stack) int {
 	t.Helper()
 	mounts, err := filepath.Glob(filepath.Join(h.Root, "state", "*", "netns", "*"))
 	if err != nil {
@@ -408,7 +408,7 @@ func TestCNILessReleaseReuseAndExhaustion(t *testing.T) {
 	t.Parallel()
 	// A /30 holds one pod address: network, gateway and broadcast are never handed out.
 	var pool string
-	n := startCNILessNode(t, func(h *harness.Harness) []string {
+	n := startCNILessNode(t, func(h *stack.Stack) []string {
 		pool = netip.PrefixFrom(netip.MustParsePrefix(ipv4Subnet(h)).Addr(), 30).String()
 		return []string{"-ipv4-subnet", pool}
 	})
@@ -485,7 +485,7 @@ func TestCNILessDualStackAndIPv6Only(t *testing.T) {
 	})
 	t.Run("IPv6-only", func(t *testing.T) {
 		t.Parallel()
-		n := startCNILessNode(t, func(h *harness.Harness) []string { return []string{"-ipv6-subnet", ipv6Subnet(h)} })
+		n := startCNILessNode(t, func(h *stack.Stack) []string { return []string{"-ipv6-subnet", ipv6Subnet(h)} })
 		n.startBridge(t)
 		a, b := n.runBridgePod(t, "a"), n.runBridgePod(t, "b")
 		ipsA, ipsB := statusIPs(podStatus(t, n.ctx, n.h, a.id)), statusIPs(podStatus(t, n.ctx, n.h, b.id))
@@ -502,7 +502,7 @@ func TestCNILessDualStackAndIPv6Only(t *testing.T) {
 
 func TestCNILessHostNetworkPodUnaffected(t *testing.T) {
 	t.Parallel()
-	n := startCNILessNode(t, func(h *harness.Harness) []string { return []string{"-ipv4-subnet", ipv4Subnet(h)} })
+	n := startCNILessNode(t, func(h *stack.Stack) []string { return []string{"-ipv4-subnet", ipv4Subnet(h)} })
 	n.startBridge(t)
 	config := n.h.HostNetworkPodConfig("host-net")
 	id := runPod(t, n.ctx, n.h, config)
@@ -531,7 +531,7 @@ func TestCNILessHostNetworkPodUnaffected(t *testing.T) {
 func TestCNIEnabledUnchanged(t *testing.T) {
 	t.Parallel()
 	binDir, invocations := recordingCNIBinDir(t)
-	h, ctx := startHarness(t, harness.Options{CNIBinDir: binDir})
+	h, ctx := startHarness(t, stack.Options{CNIBinDir: binDir})
 	if cond := networkCondition(t, ctx, h); !cond.Status {
 		t.Errorf("with CNI: NetworkReady false (%s: %s)", cond.Reason, cond.Message)
 	}
@@ -620,7 +620,7 @@ func TestNRIPluginsSeePodIPsWhateverTheirIndex(t *testing.T) {
 		t.Run(map[bool]string{true: "CNI-less", false: "CNI"}[cniLess], func(t *testing.T) {
 			t.Parallel()
 			var (
-				h   *harness.Harness
+				h   *stack.Stack
 				ctx context.Context
 				run func(name string) string
 			)
@@ -630,17 +630,17 @@ func TestNRIPluginsSeePodIPsWhateverTheirIndex(t *testing.T) {
 				h, ctx = n.h, n.ctx
 				run = func(name string) string { return n.runBridgePod(t, name).id }
 			} else {
-				h, ctx = startHarness(t, harness.Options{})
+				h, ctx = startHarness(t, stack.Options{})
 				run = func(name string) string { return runPod(t, ctx, h, h.PodConfig(name)) }
 			}
 			ipsOf := func(id string) []string { return statusIPs(podStatus(t, ctx, h, id)) }
 			synced := run("synced")
 
 			observers := []struct{ idx, name, out string }{{idx: "00", name: "early"}, {idx: "10", name: "peer"}, {idx: "99", name: "late"}}
-			start := func(i int) *harness.Process {
+			start := func(i int) *stack.Process {
 				return startSynchronizedPlugin(t, ctx, h, observers[i].idx, observers[i].name, podIPObserverPath(t), "-out", observers[i].out)
 			}
-			var first *harness.Process
+			var first *stack.Process
 			for i := range observers {
 				observers[i].out = filepath.Join(h.Root, "observed-"+observers[i].idx+".jsonl")
 				if p := start(i); i == 0 {
@@ -756,7 +756,7 @@ func (n *cniLessNode) preinstalledBridgePath() string {
 // configuration) and starts a new one after its own restart, which finds its allocations again.
 func TestCNILessPreinstalledNRIBridge(t *testing.T) {
 	t.Parallel()
-	n := startCNILessNode(t, func(*harness.Harness) []string { return nil })
+	n := startCNILessNode(t, func(*stack.Stack) []string { return nil })
 	n.preinstallBridge(t)
 	a, b := n.runBridgePod(t, "a"), n.runBridgePod(t, "b")
 	ipsA, ipsB := statusIPs(podStatus(t, n.ctx, n.h, a.id)), statusIPs(podStatus(t, n.ctx, n.h, b.id))

@@ -9,7 +9,7 @@ import (
 
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/internal/harness"
+	"github.com/knext-dev/knext/internal/stack"
 )
 
 // What a plugin's failure policy does when the plugin does not answer in time, on the real
@@ -32,7 +32,7 @@ func TestFailurePolicy(t *testing.T) {
 	} {
 		t.Run(tc.policy, func(t *testing.T) {
 			t.Parallel()
-			h, ctx := startHarness(t, harness.Options{NRIRequestTimeout: 500 * time.Millisecond})
+			h, ctx := startHarness(t, stack.Options{NRIRequestTimeout: 500 * time.Millisecond})
 			plugin := startTestPluginWithPolicy(t, ctx, h, "10", "net", tc.policy)
 			after := startTestPlugin(t, ctx, h, "20", "after")
 			id := runPod(t, ctx, h, annotatedPodConfig(h, "web", map[string]string{annotationIP: "192.0.2.90"}))

@@ -17,8 +17,8 @@ import (
 	"github.com/google/nftables/userdata"
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/internal/harness"
-	"github.com/knext-dev/knext/internal/harness/netnstest"
+	"github.com/knext-dev/knext/internal/stack"
+	"github.com/knext-dev/knext/test/netnstest"
 )
 
 // hostPorts and masquerade of nri-bridge on the real stack: the port mappings go from CRI
@@ -42,7 +42,7 @@ func (n *cniLessNode) runPortPod(t *testing.T, name string, ports ...*criruntime
 }
 
 // podNetNSPath is the network namespace of pod id, from its verbose CRI status.
-func podNetNSPath(t *testing.T, ctx context.Context, h *harness.Harness, id string) string {
+func podNetNSPath(t *testing.T, ctx context.Context, h *stack.Stack, id string) string {
 	t.Helper()
 	resp, err := h.Runtime.PodSandboxStatus(ctx, &criruntime.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true})
 	if err != nil {
@@ -140,7 +140,7 @@ func deleteTable(t *testing.T, bridge string) {
 
 // gateways are the bridge addresses of a dual-stack node: what a masqueraded pod connection
 // comes from.
-func gateways(h *harness.Harness) (netip.Addr, netip.Addr) {
+func gateways(h *stack.Stack) (netip.Addr, netip.Addr) {
 	return netip.MustParsePrefix(ipv4Subnet(h)).Addr().Next(), netip.MustParsePrefix(ipv6Subnet(h)).Addr().Next()
 }
 
@@ -186,7 +186,7 @@ func TestCNILessHostPorts(t *testing.T) {
 		return c
 	}()})
 	want := fmt.Sprintf("hostPort %d/TCP on every IPv4 address (container port 80) is taken: pod %s/web (sandbox %s) holds hostPort %d/TCP on every address (container port 80)",
-		anyAddr, harness.PodNamespace, web.id, anyAddr)
+		anyAddr, stack.PodNamespace, web.id, anyAddr)
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("a second pod with hostPort %d: got %v\nwant an error with %q", anyAddr, err, want)
 	}
@@ -278,7 +278,7 @@ func TestCNILessHostPortsSurviveRestarts(t *testing.T) {
 	if err != nil {
 		t.Fatalf("nri-bridge -cleanup: %v\n%s", err, out)
 	}
-	for _, want := range []string{"of pod " + harness.PodNamespace + "/late (sandbox " + late.id + ")", "removed nftables table inet nri-bridge-" + n.h.Bridge,
+	for _, want := range []string{"of pod " + stack.PodNamespace + "/late (sandbox " + late.id + ")", "removed nftables table inet nri-bridge-" + n.h.Bridge,
 		"removed bridge " + n.h.Bridge, "removed " + n.h.NRIBridgeStateDir()} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("nri-bridge -cleanup said:\n%s\nwant a line with %q", out, want)

@@ -14,9 +14,9 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/internal/harness"
-	"github.com/knext-dev/knext/internal/harness/registry"
-	"github.com/knext-dev/knext/internal/harness/testimages"
+	"github.com/knext-dev/knext/internal/ociimage"
+	"github.com/knext-dev/knext/internal/registry"
+	"github.com/knext-dev/knext/internal/stack"
 )
 
 // reportScript is the entrypoint of the declared image: it prints what the container sees.
@@ -38,21 +38,21 @@ func TestDeclaredImageRunsAsDeclared(t *testing.T) {
 	t.Parallel()
 	const name = "knext.local/declared:1"
 	image := busyboxWith(t, name,
-		testimages.Dir("data", 0o750).Owner(1000, 1001),
-		testimages.RegularFile("data/owned", 0o640, []byte("hello")).Owner(1000, 1001),
-		testimages.Symlink("data/link", "owned"),
-		testimages.RegularFile("usr/local/bin/report", 0o755, []byte(reportScript)))
+		ociimage.Dir("data", 0o750).Owner(1000, 1001),
+		ociimage.RegularFile("data/owned", 0o640, []byte("hello")).Owner(1000, 1001),
+		ociimage.Symlink("data/link", "owned"),
+		ociimage.RegularFile("usr/local/bin/report", 0o755, []byte(reportScript)))
 	image.Config = v1.Config{
 		Entrypoint: []string{"/usr/local/bin/report"}, Cmd: []string{"from-cmd"},
-		Env:  []string{testimages.DefaultPath, "GREETING=declared"},
+		Env:  []string{ociimage.DefaultPath, "GREETING=declared"},
 		User: "1000:1001", WorkingDir: "/data", Volumes: map[string]struct{}{"/data": {}},
 	}
 	archive := filepath.Join(t.TempDir(), "declared.tar")
-	if err := testimages.WriteArchiveFile(archive, image); err != nil {
+	if err := ociimage.WriteArchiveFile(archive, image); err != nil {
 		t.Fatal(err)
 	}
 
-	h, ctx := startHarness(t, harness.Options{})
+	h, ctx := startHarness(t, stack.Options{})
 	if _, err := h.Ctr(ctx, "images", "import", archive); err != nil {
 		t.Fatal(err)
 	}
@@ -72,18 +72,18 @@ func TestDeclaredImageRunsAsDeclared(t *testing.T) {
 func TestPullFromTestRegistry(t *testing.T) {
 	t.Parallel()
 	const repository = "pull.knext.test/tools/pulled"
-	image := busyboxWith(t, repository+":1", testimages.RegularFile("pulled", 0o644, []byte("pulled\n")))
+	image := busyboxWith(t, repository+":1", ociimage.RegularFile("pulled", 0o644, []byte("pulled\n")))
 	digest, err := image.Digest()
 	if err != nil {
 		t.Fatal(err)
 	}
 	archive := filepath.Join(t.TempDir(), "pulled.tar")
-	if err := testimages.WriteArchiveFile(archive, image); err != nil {
+	if err := ociimage.WriteArchiveFile(archive, image); err != nil {
 		t.Fatal(err)
 	}
 	// containerd reads the hosts directory at each pull: it may be filled once containerd runs.
 	certsDir := t.TempDir()
-	h, ctx := startHarness(t, harness.Options{
+	h, ctx := startHarness(t, stack.Options{
 		ExtraConfig: fmt.Sprintf("[plugins.'io.containerd.cri.v1.images'.registry]\nconfig_path = %q\n", certsDir),
 	})
 	srv, err := registry.Serve(registry.Options{
@@ -111,14 +111,14 @@ func TestPullFromTestRegistry(t *testing.T) {
 }
 
 // busyboxWith declares the image name: knext's busybox image with a layer of files on top.
-func busyboxWith(t *testing.T, name string, files ...testimages.File) testimages.Image {
+func busyboxWith(t *testing.T, name string, files ...ociimage.File) ociimage.Image {
 	t.Helper()
-	image, err := testimages.Busybox("/bin/busybox")
+	image, err := ociimage.Busybox("/bin/busybox")
 	if err != nil {
 		t.Fatal(err)
 	}
 	image.Names = []string{name}
-	image.Layers = append(image.Layers, testimages.Layer(files).WithParents())
+	image.Layers = append(image.Layers, ociimage.Layer(files).WithParents())
 	return image
 }
 
@@ -134,7 +134,7 @@ func imageArchive(t *testing.T, archive string) string {
 
 // runToCompletion runs config's container in the pod, waits for it to exit 0, and returns what it
 // printed.
-func runToCompletion(t *testing.T, ctx context.Context, h *harness.Harness, podID string,
+func runToCompletion(t *testing.T, ctx context.Context, h *stack.Stack, podID string,
 	podConfig *criruntime.PodSandboxConfig, config *criruntime.ContainerConfig) string {
 	t.Helper()
 	created, err := h.Runtime.CreateContainer(ctx, &criruntime.CreateContainerRequest{
@@ -148,7 +148,7 @@ func runToCompletion(t *testing.T, ctx context.Context, h *harness.Harness, podI
 		t.Fatalf("start container %s: %v", id, err)
 	}
 	var status *criruntime.ContainerStatus
-	if err := harness.Poll(ctx, time.Minute, 100*time.Millisecond, func() error {
+	if err := stack.Poll(ctx, time.Minute, 100*time.Millisecond, func() error {
 		resp, err := h.Runtime.ContainerStatus(ctx, &criruntime.ContainerStatusRequest{ContainerId: id})
 		if err != nil {
 			return err

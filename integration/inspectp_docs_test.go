@@ -8,14 +8,14 @@ import (
 	"testing"
 
 	"github.com/knext-dev/knext/internal/doccheck"
-	"github.com/knext-dev/knext/internal/harness"
+	"github.com/knext-dev/knext/internal/stack"
 )
 
 // repositoryRoot is this checkout, from this package's directory.
 const repositoryRoot = ".."
 
 // crictlInspectpValue returns what `crictl inspectp -o json` prints for pod id, decoded.
-func crictlInspectpValue(t *testing.T, ctx context.Context, h *harness.Harness, id string) map[string]any {
+func crictlInspectpValue(t *testing.T, ctx context.Context, h *stack.Stack, id string) map[string]any {
 	t.Helper()
 	out := crictlInspectpOutput(t, ctx, h, id)
 	var value map[string]any
@@ -67,7 +67,7 @@ func TestInspectpAsDocumented(t *testing.T) {
 		t.Fatalf("no page of %s has an example of crictl inspectp output marked <!-- %s:ID -->", repositoryRoot, doccheck.InspectpRegionKind)
 	}
 
-	h, ctx := startHarness(t, harness.Options{})
+	h, ctx := startHarness(t, stack.Options{})
 	reporter := startRunReporter(t, ctx, h, "10", "reporter")
 	status := startTestPlugin(t, ctx, h, "20", "annot")
 	id := runPod(t, ctx, h, annotatedPodConfig(h, "documented", map[string]string{

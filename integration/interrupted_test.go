@@ -18,7 +18,7 @@ import (
 
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/internal/harness"
+	"github.com/knext-dev/knext/internal/stack"
 )
 
 // Pods started 8 at a time while an NRI network plugin is killed and containerd restarts: every
@@ -73,7 +73,7 @@ func (f churnFigures) String() string {
 
 // churnNode is a node under churn: CNI (nri-bridge nil) or CNI-less with nri-bridge.
 type churnNode struct {
-	h      *harness.Harness
+	h      *stack.Stack
 	bridge *cniLessNode
 }
 
@@ -282,7 +282,7 @@ func (n *churnNode) leftovers(t *testing.T, ctx context.Context) map[string]int 
 }
 
 // hostLocalAllocations counts the addresses host-local holds for the instance's network.
-func hostLocalAllocations(t *testing.T, h *harness.Harness) int {
+func hostLocalAllocations(t *testing.T, h *stack.Stack) int {
 	t.Helper()
 	entries, err := os.ReadDir(filepath.Join(h.IPAMDataDir, h.Network))
 	if errors.Is(err, os.ErrNotExist) {
@@ -392,7 +392,7 @@ func TestChurnWithRestarts(t *testing.T) {
 	t.Parallel()
 	t.Run("knext CNI-less", func(t *testing.T) {
 		t.Parallel()
-		bridge := startCNILessNode(t, func(h *harness.Harness) []string { return []string{"-ipv4-subnet", ipv4Subnet(h)} })
+		bridge := startCNILessNode(t, func(h *stack.Stack) []string { return []string{"-ipv4-subnet", ipv4Subnet(h)} })
 		bridge.startBridge(t)
 		figures := (&churnNode{h: bridge.h, bridge: bridge}).churn(t)
 		figure(t, "knext CNI-less (nri-bridge SIGKILLed; containerd SIGTERMed, then SIGKILLed): %s", figures)
@@ -404,7 +404,7 @@ func TestChurnWithRestarts(t *testing.T) {
 	})
 	t.Run("upstream CNI", func(t *testing.T) {
 		t.Parallel()
-		h, _ := startHarness(t, harness.Options{Containerd: upstreamContainerd(t)})
+		h, _ := startHarness(t, stack.Options{Containerd: upstreamContainerd(t)})
 		figures := (&churnNode{h: h}).churn(t)
 		figure(t, "upstream containerd with CNI (containerd SIGTERMed, then SIGKILLed): %s", figures)
 	})
@@ -500,7 +500,7 @@ func (n *cniLessNode) cutShort(t *testing.T, signal, hold string, held func() st
 }
 
 // wantShimGone checks that the shim of sandbox id does not run.
-func wantShimGone(t *testing.T, h *harness.Harness, id, when string) {
+func wantShimGone(t *testing.T, h *stack.Stack, id, when string) {
 	t.Helper()
 	shims, err := h.Shims()
 	if err != nil {
@@ -576,8 +576,8 @@ func TestRunPodSandboxCutShortInNRIHook(t *testing.T) {
 		t.Run(signal, func(t *testing.T) {
 			t.Parallel()
 			// A long plugin_request_timeout: the hold ends by the restart, not by a timeout.
-			n := startCNILessNodeWith(t, harness.Options{ExtraConfig: cniLessBridge, NRIRequestTimeout: time.Minute},
-				func(h *harness.Harness) []string { return []string{"-ipv4-subnet", ipv4Subnet(h)} })
+			n := startCNILessNodeWith(t, stack.Options{ExtraConfig: cniLessBridge, NRIRequestTimeout: time.Minute},
+				func(h *stack.Stack) []string { return []string{"-ipv4-subnet", ipv4Subnet(h)} })
 			n.startBridge(t)
 			holder := startTestPlugin(t, n.ctx, n.h, "20", "holder")
 			n.cutShort(t, signal, filepath.Join(holder.dir, "hold-run."+heldPod), func() string {
@@ -657,8 +657,8 @@ func TestRunPodSandboxCutShortInShimStart(t *testing.T) {
 		t.Run(signal, func(t *testing.T) {
 			t.Parallel()
 			hold := filepath.Join(t.TempDir(), "hold")
-			n := startCNILessNodeWith(t, harness.Options{ExtraConfig: cniLessBridge, Containerd: filepath.Join(heldShimStart(t, hold), "containerd")},
-				func(h *harness.Harness) []string { return []string{"-ipv4-subnet", ipv4Subnet(h)} })
+			n := startCNILessNodeWith(t, stack.Options{ExtraConfig: cniLessBridge, Containerd: filepath.Join(heldShimStart(t, hold), "containerd")},
+				func(h *stack.Stack) []string { return []string{"-ipv4-subnet", ipv4Subnet(h)} })
 			n.startBridge(t)
 			n.cutShort(t, signal, hold, func() string {
 				id := waitHeldShimStart(t, hold)

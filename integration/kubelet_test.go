@@ -26,10 +26,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	nribridge "github.com/knext-dev/knext/contrib/nri-bridge"
-	"github.com/knext-dev/knext/integration/kubelet"
-	"github.com/knext-dev/knext/internal/harness"
-	"github.com/knext-dev/knext/internal/harness/testimages"
+	nribridge "github.com/knext-dev/knext/deploy/nri-bridge"
+	"github.com/knext-dev/knext/internal/ociimage"
+	"github.com/knext-dev/knext/internal/stack"
+	"github.com/knext-dev/knext/test/kubelet"
 )
 
 // kubeletTestTimeout bounds one kubelet scenario; the suite's go test -timeout is larger.
@@ -46,14 +46,14 @@ const appContainer = "app"
 
 // kubeletNode is a knext containerd with a standalone kubelet on it.
 type kubeletNode struct {
-	h   *harness.Harness
+	h   *stack.Stack
 	ctx context.Context
 	k   *kubelet.Kubelet
 }
 
 // startKubeletNode starts a harness with opts and a kubelet on it; the kubelet is stopped before
 // the harness is closed.
-func startKubeletNode(t *testing.T, opts harness.Options) *kubeletNode {
+func startKubeletNode(t *testing.T, opts stack.Options) *kubeletNode {
 	t.Helper()
 	// containerd logs the CRI PodSandboxStatus requests it serves at trace level only.
 	opts.LogLevel = "trace"
@@ -81,11 +81,11 @@ func appPod(name string, annotations map[string]string) *corev1.Pod {
 	grace := int64(1)
 	return &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: harness.PodNamespace, Annotations: annotations},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: stack.PodNamespace, Annotations: annotations},
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: &grace,
 			Containers: []corev1.Container{{
-				Name: appContainer, Image: testimages.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+				Name: appContainer, Image: ociimage.BusyboxImage, ImagePullPolicy: corev1.PullNever,
 				Command: []string{"sleep", "3600"},
 			}},
 		},
@@ -313,7 +313,7 @@ func (n *kubeletNode) kubeletLogCount(t *testing.T, parts ...string) int {
 }
 
 // figure records one of the suite's figures in the test log and, when $KNEXT_TEST_FIGURES names a
-// file (contrib/ci/test.sh sets it and prints the file), in that file.
+// file (script/ci/test.sh sets it and prints the file), in that file.
 func figure(t *testing.T, format string, args ...any) {
 	t.Helper()
 	line := fmt.Sprintf(format, args...)
@@ -509,7 +509,7 @@ func (w *ipWatch) check(t *testing.T) {
 // plugin's IPs, as it picks them from what CRI reports, and a kubelet restart changes nothing.
 func TestKubeletCNIModeStatusPlugin(t *testing.T) {
 	t.Parallel()
-	n := startKubeletNode(t, harness.Options{})
+	n := startKubeletNode(t, stack.Options{})
 	plugin := startTestPlugin(t, n.ctx, n.h, "10", "status")
 
 	written := n.addStaticPods(t,
@@ -535,14 +535,14 @@ func TestKubeletCNIModeStatusPlugin(t *testing.T) {
 	n.wantUnchanged(t, n.kubeletPods(t), started)
 }
 
-// nriBridgeStaticPod returns contrib/nri-bridge/static-pod.yaml for this node: the image
+// nriBridgeStaticPod returns deploy/nri-bridge/static-pod.yaml for this node: the image
 // `make images` built (imported here), the host paths of this harness (its NRI socket's directory,
 // a state and a configuration directory under its root, its netns directory made a shared mount
 // for the HostToContainer mount), and a configuration with the harness's bridge name and subnets.
 func (n *kubeletNode) nriBridgeStaticPod(t *testing.T) *corev1.Pod {
 	t.Helper()
-	archive := imageArchive(t, testimages.NRIBridgeArchive)
-	image, err := testimages.ImageName(archive)
+	archive := imageArchive(t, ociimage.NRIBridgeArchive)
+	image, err := ociimage.ImageName(archive)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -610,7 +610,7 @@ func (n *kubeletNode) waitNetworkReady(t *testing.T, want bool) {
 func TestKubeletCNILessNRIBridgePod(t *testing.T) {
 	t.Parallel()
 	binDir, invocations := recordingCNIBinDir(t)
-	n := startKubeletNode(t, harness.Options{ExtraConfig: cniLessBridge, SkipNetworkReadyWait: true, CNIBinDir: binDir})
+	n := startKubeletNode(t, stack.Options{ExtraConfig: cniLessBridge, SkipNetworkReadyWait: true, CNIBinDir: binDir})
 	t.Cleanup(func() {
 		if calls := cniInvocations(t, invocations); len(calls) > 0 {
 			t.Errorf("CNI plugins ran with disable_cni = true: %v", calls)
@@ -775,7 +775,7 @@ func TestKubeletCNILessNRIBridgePod(t *testing.T) {
 // it stays connected, and no app pod is re-created or changes IPs, whatever the kubelet asks.
 func TestKubeletSecondStatusPluginFailsOrIsSlow(t *testing.T) {
 	t.Parallel()
-	n := startKubeletNode(t, harness.Options{ExtraConfig: cniLessBridge, SkipNetworkReadyWait: true})
+	n := startKubeletNode(t, stack.Options{ExtraConfig: cniLessBridge, SkipNetworkReadyWait: true})
 	const bridge = "nri-bridge"
 	n.addStaticPods(t, n.nriBridgeStaticPod(t))
 	n.waitRunning(t, bridge)

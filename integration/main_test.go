@@ -9,7 +9,7 @@ import (
 
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/internal/harness"
+	"github.com/knext-dev/knext/internal/stack"
 )
 
 // testTimeout bounds each test's CRI calls; the go test -timeout should be larger.
@@ -27,14 +27,14 @@ func TestMain(m *testing.M) {
 }
 
 // startHarness starts a private containerd for t and tears it down when t ends, pass or fail.
-func startHarness(t *testing.T, opts harness.Options) (*harness.Harness, context.Context) {
+func startHarness(t *testing.T, opts stack.Options) (*stack.Stack, context.Context) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("integration tests need root")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	opts.Logf = t.Logf
-	h, err := harness.New(ctx, opts)
+	h, err := stack.New(ctx, opts)
 	if err != nil {
 		cancel()
 		t.Fatalf("start harness: %v", err)
@@ -52,7 +52,7 @@ func startHarness(t *testing.T, opts harness.Options) (*harness.Harness, context
 }
 
 // runPod runs config's pod and returns its ID.
-func runPod(t *testing.T, ctx context.Context, h *harness.Harness, config *criruntime.PodSandboxConfig) string {
+func runPod(t *testing.T, ctx context.Context, h *stack.Stack, config *criruntime.PodSandboxConfig) string {
 	t.Helper()
 	resp, err := h.Runtime.RunPodSandbox(ctx, &criruntime.RunPodSandboxRequest{Config: config})
 	if err != nil {
@@ -62,7 +62,7 @@ func runPod(t *testing.T, ctx context.Context, h *harness.Harness, config *criru
 }
 
 // podStatus returns the CRI status of pod id.
-func podStatus(t *testing.T, ctx context.Context, h *harness.Harness, id string) *criruntime.PodSandboxStatus {
+func podStatus(t *testing.T, ctx context.Context, h *stack.Stack, id string) *criruntime.PodSandboxStatus {
 	t.Helper()
 	resp, err := h.Runtime.PodSandboxStatus(ctx, &criruntime.PodSandboxStatusRequest{PodSandboxId: id})
 	if err != nil {
@@ -88,7 +88,7 @@ type inspectp struct {
 }
 
 // crictlInspectpOutput returns what `crictl inspectp -o json` prints for pod id.
-func crictlInspectpOutput(t *testing.T, ctx context.Context, h *harness.Harness, id string) []byte {
+func crictlInspectpOutput(t *testing.T, ctx context.Context, h *stack.Stack, id string) []byte {
 	t.Helper()
 	out, err := h.Crictl(ctx, "inspectp", "-o", "json", id)
 	if err != nil {
@@ -97,7 +97,7 @@ func crictlInspectpOutput(t *testing.T, ctx context.Context, h *harness.Harness,
 	return out
 }
 
-func crictlInspectp(t *testing.T, ctx context.Context, h *harness.Harness, id string) inspectp {
+func crictlInspectp(t *testing.T, ctx context.Context, h *stack.Stack, id string) inspectp {
 	t.Helper()
 	out := crictlInspectpOutput(t, ctx, h, id)
 	var result inspectp

@@ -9,7 +9,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
 
-	"github.com/knext-dev/knext/internal/harness"
+	"github.com/knext-dev/knext/internal/stack"
 )
 
 // podRecorder is an NRI plugin that remembers the pods it is told about.
@@ -35,7 +35,7 @@ func (r *podRecorder) pod(uid string) *api.PodSandbox {
 // and checks that it sees a new pod with the pod's CNI IP.
 func TestNRIPluginOnHarnessSocket(t *testing.T) {
 	t.Parallel()
-	h, ctx := startHarness(t, harness.Options{})
+	h, ctx := startHarness(t, stack.Options{})
 	recorder := &podRecorder{pods: map[string]*api.PodSandbox{}}
 	plugin, err := stub.New(recorder, stub.WithSocketPath(h.NRISocket), stub.WithPluginName("recorder"), stub.WithPluginIdx("50"))
 	if err != nil {
@@ -54,8 +54,8 @@ func TestNRIPluginOnHarnessSocket(t *testing.T) {
 	if seen == nil {
 		t.Fatalf("NRI plugin was not told about pod %s (uid %s)", id, config.Metadata.Uid)
 	}
-	if seen.Id != id || seen.Name != config.Metadata.Name || seen.Namespace != harness.PodNamespace {
-		t.Errorf("NRI plugin saw pod %s %s/%s, want %s %s/%s", seen.Id, seen.Namespace, seen.Name, id, harness.PodNamespace, config.Metadata.Name)
+	if seen.Id != id || seen.Name != config.Metadata.Name || seen.Namespace != stack.PodNamespace {
+		t.Errorf("NRI plugin saw pod %s %s/%s, want %s %s/%s", seen.Id, seen.Namespace, seen.Name, id, stack.PodNamespace, config.Metadata.Name)
 	}
 	if !slices.Contains(seen.Ips, ip) {
 		t.Errorf("NRI plugin saw pod %s with IPs %v, want its CNI IP %s among them", id, seen.Ips, ip)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/knext-dev/knext/internal/harness"
+	"github.com/knext-dev/knext/internal/stack"
 )
 
 // One connected plugin per name, on a CNI-less node. A second plugin that registers as
@@ -18,7 +18,7 @@ import (
 // turn and the pod reports its IP again.
 func TestOnePluginPerName(t *testing.T) {
 	t.Parallel()
-	n := startCNILessNode(t, func(h *harness.Harness) []string { return []string{"-ipv4-subnet", ipv4Subnet(h)} })
+	n := startCNILessNode(t, func(h *stack.Stack) []string { return []string{"-ipv4-subnet", ipv4Subnet(h)} })
 	n.startBridge(t)
 	pod := n.runBridgePod(t, "web")
 	ip := statusIPs(podStatus(t, n.ctx, n.h, pod.id))[0]
@@ -39,7 +39,7 @@ func TestOnePluginPerName(t *testing.T) {
 	}
 	t.Cleanup(resume)
 
-	impostor := startTestPlugin(t, n.ctx, n.h, "10", harness.NRIBridgePlugin)
+	impostor := startTestPlugin(t, n.ctx, n.h, "10", stack.NRIBridgePlugin)
 	waitLogLine(t, n.h, nriBridgeName+"["+strconv.Itoa(impostor.process.PID())+"] replaces the connected plugin", nriBridgeName+"["+strconv.Itoa(bridge)+"]")
 	impostor.behave(t, "", behaveReport("10.66.6.6"))
 	err := podStatusError(t, n.ctx, n.h, pod.id)

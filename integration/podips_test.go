@@ -13,7 +13,7 @@ import (
 
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/internal/harness"
+	"github.com/knext-dev/knext/internal/stack"
 )
 
 // maxPodIPsPerAnswer is NRI's limit of the IPs one plugin may report for a pod.
@@ -28,7 +28,7 @@ func behaveFlood(n int) string { return "flood " + strconv.Itoa(n) }
 // invalidNetworkError is how an invalid answer of plugin about the pod named pod fails, naming
 // both; what is wrong follows it.
 func invalidNetworkError(plugin *testPlugin, pod string) string {
-	return "plugin " + plugin.nriName() + " reported an invalid network for pod " + harness.PodNamespace + "/" + pod + ": "
+	return "plugin " + plugin.nriName() + " reported an invalid network for pod " + stack.PodNamespace + "/" + pod + ": "
 }
 
 // overLimitError is how an answer with too many IPs fails, for a plugin, a pod and a count.
@@ -39,14 +39,14 @@ func overLimitError(plugin *testPlugin, pod string, count int) string {
 // failedPodSandbox matches the pod sandbox of the pod named name in the error of its failed
 // RunPodSandbox, which the client is told nowhere else.
 func failedPodSandbox(name string) *regexp.Regexp {
-	return regexp.MustCompile(`pod sandbox "([0-9a-f]{64})" \(` + regexp.QuoteMeta(harness.PodNamespace+"/"+name) + `\)`)
+	return regexp.MustCompile(`pod sandbox "([0-9a-f]{64})" \(` + regexp.QuoteMeta(stack.PodNamespace+"/"+name) + `\)`)
 }
 
 // wantRunRefused checks that err, the error of the RunPodSandbox of the pod named name, names
 // each of parts and the new pod sandbox, that the sandbox left nothing behind
 // (wantNothingLeftBehind, with livePods), and that each of plugins saw it torn down. It returns
 // the sandbox's ID.
-func wantRunRefused(t *testing.T, ctx context.Context, h *harness.Harness, err error, name string, livePods int, plugins []*testPlugin, parts ...string) string {
+func wantRunRefused(t *testing.T, ctx context.Context, h *stack.Stack, err error, name string, livePods int, plugins []*testPlugin, parts ...string) string {
 	t.Helper()
 	if err == nil {
 		t.Fatalf("RunPodSandbox of pod %s succeeded, want it refused", name)
@@ -64,7 +64,7 @@ func wantRunRefused(t *testing.T, ctx context.Context, h *harness.Harness, err e
 }
 
 // wantCNIReleased checks that host-local holds no IP for the pod sandbox id any more.
-func wantCNIReleased(t *testing.T, h *harness.Harness, id string) {
+func wantCNIReleased(t *testing.T, h *stack.Stack, id string) {
 	t.Helper()
 	if ips := cniIPsOf(t, h, id); len(ips) != 0 {
 		t.Errorf("the refused pod sandbox %s keeps its CNI IPs %v", id, ips)
@@ -92,7 +92,7 @@ func TestPluginAnswerOverTheIPLimit(t *testing.T) {
 	t.Parallel()
 	t.Run("CNI", func(t *testing.T) {
 		t.Parallel()
-		h, ctx := startHarness(t, harness.Options{})
+		h, ctx := startHarness(t, stack.Options{})
 		plugin := startTestPlugin(t, ctx, h, "10", "flood")
 		plugin.behave(t, "", behaveFlood(20000))
 		start := time.Now()
@@ -159,7 +159,7 @@ func TestPluginAnswerOverTheIPLimit(t *testing.T) {
 
 // conflictingPod matches the pod sandbox a conflict names as the one that reports the IP.
 func conflictingPod(name string) *regexp.Regexp {
-	return regexp.MustCompile(`pod sandbox "([0-9a-f]{64})" \(` + harness.PodNamespace + "/" + name + `\): \S+ reports IP`)
+	return regexp.MustCompile(`pod sandbox "([0-9a-f]{64})" \(` + stack.PodNamespace + "/" + name + `\): \S+ reports IP`)
 }
 
 // One IP, one pod: an IP a plugin reports for a pod while another pod of the node holds it
@@ -168,7 +168,7 @@ func conflictingPod(name string) *regexp.Regexp {
 // across a containerd restart; host-network pods hold none.
 func TestOneIPOnePodPerNode(t *testing.T) {
 	t.Parallel()
-	h, ctx := startHarness(t, harness.Options{})
+	h, ctx := startHarness(t, stack.Options{})
 	plugin := startTestPlugin(t, ctx, h, "10", "netip")
 	const shared = "192.0.2.200"
 	run := func(name, ip string) (string, error) {
@@ -185,8 +185,8 @@ func TestOneIPOnePodPerNode(t *testing.T) {
 		if err == nil {
 			t.Fatalf("pod %s handed %s, which pod %s holds, started as %s", name, ip, holderName, id)
 		}
-		wantErrorNaming(t, err, "nri:"+plugin.nriName()+" reports IP "+ip, harness.PodNamespace+"/"+name,
-			`pod sandbox "`+holder+`" (`+harness.PodNamespace+"/"+holderName+`) holds`)
+		wantErrorNaming(t, err, "nri:"+plugin.nriName()+" reports IP "+ip, stack.PodNamespace+"/"+name,
+			`pod sandbox "`+holder+`" (`+stack.PodNamespace+"/"+holderName+`) holds`)
 		match := conflictingPod(name).FindStringSubmatch(err.Error())
 		if match == nil {
 			t.Fatalf("RunPodSandbox of pod %s failed with %q, which does not name the new pod sandbox", name, err)
@@ -215,7 +215,7 @@ func TestOneIPOnePodPerNode(t *testing.T) {
 	neighbourCNI := cniIPOf(t, h, neighbour)
 	plugin.behave(t, "neighbour", behaveReport("192.0.2.201", shared))
 	wantErrorNaming(t, podStatusError(t, ctx, h, neighbour), "nri:"+plugin.nriName()+" reports IP "+shared,
-		`pod sandbox "`+neighbour+`" (`+harness.PodNamespace+"/neighbour)", `pod sandbox "`+first+`" (`+harness.PodNamespace+"/first) holds")
+		`pod sandbox "`+neighbour+`" (`+stack.PodNamespace+"/neighbour)", `pod sandbox "`+first+`" (`+stack.PodNamespace+"/first) holds")
 	wantPodReady(t, ctx, h, neighbour)
 	status, network := verbosePodStatus(t, ctx, h, first)
 	wantIPs(t, first, status, network, liveFrom(plugin, shared), cniSourced(firstCNI))
@@ -223,7 +223,7 @@ func TestOneIPOnePodPerNode(t *testing.T) {
 	// ... or the IP CNI assigned to a running pod.
 	plugin.behave(t, "neighbour", behaveReport("192.0.2.201", firstCNI))
 	wantErrorNaming(t, podStatusError(t, ctx, h, neighbour), "reports IP "+firstCNI,
-		`pod sandbox "`+first+`" (`+harness.PodNamespace+"/first) holds")
+		`pod sandbox "`+first+`" (`+stack.PodNamespace+"/first) holds")
 	plugin.behave(t, "neighbour", "")
 	status, network = verbosePodStatus(t, ctx, h, neighbour)
 	wantIPs(t, neighbour, status, network, liveFrom(plugin, "192.0.2.201"), cniSourced(neighbourCNI))

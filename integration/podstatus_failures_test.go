@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/internal/harness"
+	"github.com/knext-dev/knext/internal/stack"
 )
 
 // containerEvents collects the CRI container events (GetContainerEvents) of a harness.
@@ -28,7 +28,7 @@ type containerEvents struct {
 }
 
 // collectContainerEvents subscribes to h's container events until the test ends.
-func collectContainerEvents(t *testing.T, ctx context.Context, h *harness.Harness) *containerEvents {
+func collectContainerEvents(t *testing.T, ctx context.Context, h *stack.Stack) *containerEvents {
 	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
 	stream, err := h.Runtime.GetContainerEvents(ctx, &criruntime.GetEventsRequest{})
@@ -114,7 +114,7 @@ type networkReadySamples struct {
 
 // sampleNetworkReady reads CRI Status's NetworkReady every 20 ms until the returned stop is
 // called.
-func sampleNetworkReady(ctx context.Context, h *harness.Harness) (stop func() networkReadySamples) {
+func sampleNetworkReady(ctx context.Context, h *stack.Stack) (stop func() networkReadySamples) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan networkReadySamples, 1)
 	go func() {
@@ -169,7 +169,7 @@ func wantAlwaysReady(t *testing.T, s networkReadySamples) {
 // reported, its primary IP first, container events included.
 func TestPodStatusOwnerFailsOtherAnswersEmpty(t *testing.T) {
 	t.Parallel()
-	h, ctx := startHarness(t, harness.Options{})
+	h, ctx := startHarness(t, stack.Options{})
 	owner := startTestPlugin(t, ctx, h, "10", "owner")
 	other := startTestPlugin(t, ctx, h, "20", "other")
 	other.behave(t, "", behaveEmpty)
@@ -192,7 +192,7 @@ func TestPodStatusOwnerFailsOtherAnswersEmpty(t *testing.T) {
 			t.Fatalf("status (verbose %v) of pod %s whose owner fails: code %s (%v), want %s", verbose, id, code, err, codes.Unavailable)
 		}
 		wantErrorNaming(t, err,
-			fmt.Sprintf("IPs of pod sandbox %q (%s/owned) are unknown: NRI plugin %s gave no answer (", id, harness.PodNamespace, owner.nriName()),
+			fmt.Sprintf("IPs of pod sandbox %q (%s/owned) are unknown: NRI plugin %s gave no answer (", id, stack.PodNamespace, owner.nriName()),
 			"fails on purpose", "): unavailable")
 		if strings.Contains(err.Error(), other.nriName()) {
 			t.Errorf("error %q names NRI plugin %s, which answered", err, other.nriName())
@@ -237,7 +237,7 @@ func TestPodStatusOwnerFailsOtherAnswersEmpty(t *testing.T) {
 func TestPodStatusOwnerTimesOutTwice(t *testing.T) {
 	t.Parallel()
 	const requestTimeout = 2 * time.Second // the harness's default plugin_request_timeout
-	n := startCNILessNodeFollowing(t, "owner", func(*harness.Harness) []string { return nil })
+	n := startCNILessNodeFollowing(t, "owner", func(*stack.Stack) []string { return nil })
 	h, ctx := n.h, n.ctx
 	owner := startTestPlugin(t, ctx, h, "10", "owner")
 	other := startTestPlugin(t, ctx, h, "20", "other")
@@ -380,7 +380,7 @@ func parentOf(t *testing.T, pid int) int {
 // stops being ready.
 func TestPodStatusStalledPreinstalledPlugin(t *testing.T) {
 	t.Parallel()
-	n := startCNILessNodeFollowing(t, "bridge", func(*harness.Harness) []string { return nil })
+	n := startCNILessNodeFollowing(t, "bridge", func(*stack.Stack) []string { return nil })
 	n.preinstallBridge(t)
 	a := n.runBridgePod(t, "a")
 	ips := statusIPs(podStatus(t, n.ctx, n.h, a.id))

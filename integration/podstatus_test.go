@@ -17,8 +17,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/internal/harness"
-	"github.com/knext-dev/knext/internal/harness/testimages"
+	"github.com/knext-dev/knext/internal/ociimage"
+	"github.com/knext-dev/knext/internal/stack"
 )
 
 // podNetworkInfoKey is the verbose PodSandboxStatus info entry that shows where a pod's IPs come
@@ -56,14 +56,14 @@ func lastKnownFrom(p *testPlugin, ip string) reportedIP {
 }
 
 // annotatedPodConfig is h.PodConfig(name) with annotations.
-func annotatedPodConfig(h *harness.Harness, name string, annotations map[string]string) *criruntime.PodSandboxConfig {
+func annotatedPodConfig(h *stack.Stack, name string, annotations map[string]string) *criruntime.PodSandboxConfig {
 	config := h.PodConfig(name)
 	config.Annotations = annotations
 	return config
 }
 
 // verbosePodStatus returns pod id's verbose CRI status and its podNetwork info.
-func verbosePodStatus(t *testing.T, ctx context.Context, h *harness.Harness, id string) (*criruntime.PodSandboxStatus, podNetworkInfo) {
+func verbosePodStatus(t *testing.T, ctx context.Context, h *stack.Stack, id string) (*criruntime.PodSandboxStatus, podNetworkInfo) {
 	t.Helper()
 	resp, err := h.Runtime.PodSandboxStatus(ctx, &criruntime.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true})
 	if err != nil {
@@ -114,7 +114,7 @@ func wantIPs(t *testing.T, id string, status *criruntime.PodSandboxStatus, netwo
 
 // cniIPsOf returns the IPs host-local allocated to pod id, independently of what CRI reports,
 // IPv4 first.
-func cniIPsOf(t *testing.T, h *harness.Harness, id string) []string {
+func cniIPsOf(t *testing.T, h *stack.Stack, id string) []string {
 	t.Helper()
 	dir := filepath.Join(h.IPAMDataDir, h.Network)
 	entries, err := os.ReadDir(dir)
@@ -144,7 +144,7 @@ func cniIPsOf(t *testing.T, h *harness.Harness, id string) []string {
 }
 
 // cniIPOf returns the one IP host-local allocated to pod id.
-func cniIPOf(t *testing.T, h *harness.Harness, id string) string {
+func cniIPOf(t *testing.T, h *stack.Stack, id string) string {
 	t.Helper()
 	ips := cniIPsOf(t, h, id)
 	if len(ips) != 1 {
@@ -154,7 +154,7 @@ func cniIPOf(t *testing.T, h *harness.Harness, id string) string {
 }
 
 // podStatusError returns the error of pod id's CRI status, failing the test if there is none.
-func podStatusError(t *testing.T, ctx context.Context, h *harness.Harness, id string) error {
+func podStatusError(t *testing.T, ctx context.Context, h *stack.Stack, id string) error {
 	t.Helper()
 	resp, err := h.Runtime.PodSandboxStatus(ctx, &criruntime.PodSandboxStatusRequest{PodSandboxId: id})
 	if err == nil {
@@ -174,7 +174,7 @@ func wantErrorNaming(t *testing.T, err error, names ...string) {
 }
 
 // wantPodReady checks through ListPodSandbox, which does not report IPs, that pod id is READY.
-func wantPodReady(t *testing.T, ctx context.Context, h *harness.Harness, id string) {
+func wantPodReady(t *testing.T, ctx context.Context, h *stack.Stack, id string) {
 	t.Helper()
 	resp, err := h.Runtime.ListPodSandbox(ctx, &criruntime.ListPodSandboxRequest{Filter: &criruntime.PodSandboxFilter{Id: id}})
 	if err != nil {
@@ -186,11 +186,11 @@ func wantPodReady(t *testing.T, ctx context.Context, h *harness.Harness, id stri
 }
 
 // runContainer creates and starts a sleeping busybox container in pod podID.
-func runContainer(t *testing.T, ctx context.Context, h *harness.Harness, podID string, podConfig *criruntime.PodSandboxConfig, name string) string {
+func runContainer(t *testing.T, ctx context.Context, h *stack.Stack, podID string, podConfig *criruntime.PodSandboxConfig, name string) string {
 	t.Helper()
 	created, err := h.Runtime.CreateContainer(ctx, &criruntime.CreateContainerRequest{
 		PodSandboxId:  podID,
-		Config:        h.ContainerConfig(name, testimages.BusyboxImage, "sleep", "3600"),
+		Config:        h.ContainerConfig(name, ociimage.BusyboxImage, "sleep", "3600"),
 		SandboxConfig: podConfig,
 	})
 	if err != nil {
@@ -204,7 +204,7 @@ func runContainer(t *testing.T, ctx context.Context, h *harness.Harness, podID s
 
 // wantUpstream checks whether the daemon that answers is upstream containerd or knext, whose
 // version says knext.
-func wantUpstream(t *testing.T, ctx context.Context, h *harness.Harness, upstream bool) {
+func wantUpstream(t *testing.T, ctx context.Context, h *stack.Stack, upstream bool) {
 	t.Helper()
 	resp, err := h.Runtime.Version(ctx, &criruntime.VersionRequest{})
 	if err != nil {
@@ -219,7 +219,7 @@ func wantUpstream(t *testing.T, ctx context.Context, h *harness.Harness, upstrea
 // and in crictl inspectp with provenance; containerd logs the plugins' answers once per change.
 func TestPodStatusPluginSetsPrimaryIP(t *testing.T) {
 	t.Parallel()
-	h, ctx := startHarness(t, harness.Options{})
+	h, ctx := startHarness(t, stack.Options{})
 	plugin := startTestPlugin(t, ctx, h, "10", "netip")
 	id := runPod(t, ctx, h, annotatedPodConfig(h, "nri-primary", map[string]string{annotationIP: "192.0.2.10"}))
 	cniIP := cniIPOf(t, h, id)
@@ -260,7 +260,7 @@ func TestPodStatusPluginSetsPrimaryIP(t *testing.T) {
 // "{Plugin:<nri name> IP:<ip> AdditionalIPs:[<ips>]}") about pod sandbox id of the pod named pod
 // when they change.
 func answersLogLine(id, pod string, answers ...string) string {
-	return `level=info msg="NRI plugins report the IPs of pod sandbox \"` + id + `\" (` + harness.PodNamespace + "/" + pod +
+	return `level=info msg="NRI plugins report the IPs of pod sandbox \"` + id + `\" (` + stack.PodNamespace + "/" + pod +
 		"): [" + strings.Join(answers, " ") + `]"`
 }
 
@@ -268,7 +268,7 @@ func answersLogLine(id, pod string, answers ...string) string {
 // out canonical.
 func TestPodStatusPluginAddsIPs(t *testing.T) {
 	t.Parallel()
-	h, ctx := startHarness(t, harness.Options{})
+	h, ctx := startHarness(t, stack.Options{})
 	plugin := startTestPlugin(t, ctx, h, "10", "secondary")
 	id := runPod(t, ctx, h, annotatedPodConfig(h, "nri-additional", map[string]string{
 		annotationAdditionalIPs: "192.0.2.20,2001:DB8::20",
@@ -280,7 +280,7 @@ func TestPodStatusPluginAddsIPs(t *testing.T) {
 }
 
 // statusResponses returns pod id's plain and verbose CRI status responses.
-func statusResponses(t *testing.T, ctx context.Context, h *harness.Harness, id string) (plain, verbose *criruntime.PodSandboxStatusResponse) {
+func statusResponses(t *testing.T, ctx context.Context, h *stack.Stack, id string) (plain, verbose *criruntime.PodSandboxStatusResponse) {
 	t.Helper()
 	var err error
 	if plain, err = h.Runtime.PodSandboxStatus(ctx, &criruntime.PodSandboxStatusRequest{PodSandboxId: id}); err != nil {
@@ -323,7 +323,7 @@ func wantNoPodNetworkInfo(t *testing.T, id string, info map[string]string) {
 func TestPodStatusWithoutPluginIsUpstreams(t *testing.T) {
 	t.Parallel()
 	upstream := upstreamContainerd(t)
-	h, ctx := startHarness(t, harness.Options{})
+	h, ctx := startHarness(t, stack.Options{})
 	config := h.PodConfig("no-plugin")
 	id := runPod(t, ctx, h, config)
 	runContainer(t, ctx, h, id, config, "sleeper")
@@ -348,7 +348,7 @@ func TestPodStatusWithoutPluginIsUpstreams(t *testing.T) {
 // asked, not even for the events of its containers.
 func TestPodStatusHostNetworkNeverAsksPlugin(t *testing.T) {
 	t.Parallel()
-	h, ctx := startHarness(t, harness.Options{})
+	h, ctx := startHarness(t, stack.Options{})
 	plugin := startTestPlugin(t, ctx, h, "10", "netip")
 	config := h.HostNetworkPodConfig("host-net-nri")
 	config.Annotations = map[string]string{annotationIP: "192.0.2.40"}
@@ -378,7 +378,7 @@ func TestPodStatusHostNetworkNeverAsksPlugin(t *testing.T) {
 // IP once the other plugin stops claiming.
 func TestPodStatusConflictingPlugins(t *testing.T) {
 	t.Parallel()
-	h, ctx := startHarness(t, harness.Options{})
+	h, ctx := startHarness(t, stack.Options{})
 	alpha := startTestPlugin(t, ctx, h, "10", "alpha")
 	beta := startTestPlugin(t, ctx, h, "20", "beta")
 	_, err := h.Runtime.RunPodSandbox(ctx, &criruntime.RunPodSandboxRequest{Config: annotatedPodConfig(h, "conflict", map[string]string{
@@ -398,7 +398,7 @@ func TestPodStatusConflictingPlugins(t *testing.T) {
 
 	beta.behave(t, "conflict-later", behaveReport("192.0.2.52"))
 	err = podStatusError(t, ctx, h, id)
-	wantErrorNaming(t, err, fmt.Sprintf("pod sandbox %q (%s/conflict-later)", id, harness.PodNamespace),
+	wantErrorNaming(t, err, fmt.Sprintf("pod sandbox %q (%s/conflict-later)", id, stack.PodNamespace),
 		"NRI plugins "+alpha.nriName()+" and "+beta.nriName()+" both report the primary IP of the pod: 192.0.2.51 and 192.0.2.52")
 	wantPodReady(t, ctx, h, id)
 	container := runContainer(t, ctx, h, id, config, "sleeper")
@@ -442,7 +442,7 @@ var invalidPodIPs = []invalidPodIP{
 // live, and once it is gone its last valid answer stands in.
 func TestPodStatusInvalidIP(t *testing.T) {
 	t.Parallel()
-	h, ctx := startHarness(t, harness.Options{})
+	h, ctx := startHarness(t, stack.Options{})
 	plugin := startTestPlugin(t, ctx, h, "10", "netip")
 	running := runPod(t, ctx, h, annotatedPodConfig(h, "running", map[string]string{annotationIP: "192.0.2.60"}))
 	cniIP := cniIPOf(t, h, running)
@@ -492,7 +492,7 @@ func TestPodStatusInvalidIP(t *testing.T) {
 // and a plugin that fails stays connected.
 func TestPodStatusPluginDiesAndComesBack(t *testing.T) {
 	t.Parallel()
-	h, ctx := startHarness(t, harness.Options{})
+	h, ctx := startHarness(t, stack.Options{})
 	plugin := startTestPlugin(t, ctx, h, "10", "netip")
 	id := runPod(t, ctx, h, annotatedPodConfig(h, "plugin-dies", map[string]string{annotationIP: "192.0.2.70"}))
 	cniIP := cniIPOf(t, h, id)
@@ -514,7 +514,7 @@ func TestPodStatusPluginDiesAndComesBack(t *testing.T) {
 	// A plugin that answers with no IP gives up the primary IP it reported: the running pod's
 	// primary IP would become its CNI IP.
 	plugin.behave(t, "plugin-dies", behaveEmpty)
-	wantErrorNaming(t, podStatusError(t, ctx, h, id), fmt.Sprintf("pod sandbox %q (%s/plugin-dies)", id, harness.PodNamespace),
+	wantErrorNaming(t, podStatusError(t, ctx, h, id), fmt.Sprintf("pod sandbox %q (%s/plugin-dies)", id, stack.PodNamespace),
 		"the primary IP 192.0.2.70 (nri:"+plugin.nriName()+")", "would now make it "+cniIP+" (cni)",
 		"the primary IP of a running pod never changes")
 	wantPodReady(t, ctx, h, id)
@@ -549,7 +549,7 @@ func TestPodStatusPluginDiesAndComesBack(t *testing.T) {
 // disk.
 func TestPodStatusLastKnownSurvivesRestart(t *testing.T) {
 	t.Parallel()
-	h, ctx := startHarness(t, harness.Options{})
+	h, ctx := startHarness(t, stack.Options{})
 	plugin := startTestPlugin(t, ctx, h, "10", "netip")
 	id := runPod(t, ctx, h, annotatedPodConfig(h, "restart-nri", map[string]string{
 		annotationIP: "192.0.2.80", annotationAdditionalIPs: "2001:db8::80",
@@ -579,7 +579,7 @@ const errBackingOff = "not asked: backing off after a status query timed out"
 
 // timedVerboseStatus returns pod id's verbose CRI status, its podNetwork info, and how long the
 // query took.
-func timedVerboseStatus(t *testing.T, ctx context.Context, h *harness.Harness, id string) (*criruntime.PodSandboxStatus, podNetworkInfo, time.Duration) {
+func timedVerboseStatus(t *testing.T, ctx context.Context, h *stack.Stack, id string) (*criruntime.PodSandboxStatus, podNetworkInfo, time.Duration) {
 	t.Helper()
 	start := time.Now()
 	resp, err := h.Runtime.PodSandboxStatus(ctx, &criruntime.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true})
@@ -601,7 +601,7 @@ func wantNoAnswer(t *testing.T, id string, network podNetworkInfo, plugin, why s
 
 // waitLiveAgain queries pod id until plugin answers live again (its backoff expired and it
 // answered in time), and returns that status.
-func waitLiveAgain(t *testing.T, ctx context.Context, h *harness.Harness, id, plugin string) (*criruntime.PodSandboxStatus, podNetworkInfo) {
+func waitLiveAgain(t *testing.T, ctx context.Context, h *stack.Stack, id, plugin string) (*criruntime.PodSandboxStatus, podNetworkInfo) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -619,7 +619,7 @@ func waitLiveAgain(t *testing.T, ctx context.Context, h *harness.Harness, id, pl
 // wantStillConnected checks that the plugin's process runs, that NRI neither closed it nor saw
 // its connection close, and that it was not synchronized again since NRI synchronized it
 // connections times.
-func wantStillConnected(t *testing.T, h *harness.Harness, plugin string, process *harness.Process, connections int) {
+func wantStillConnected(t *testing.T, h *stack.Stack, plugin string, process *stack.Process, connections int) {
 	t.Helper()
 	if connections == 0 {
 		t.Fatalf("NRI plugin %s was never synchronized: checking that it still is proves nothing", plugin)
@@ -647,7 +647,7 @@ func TestPodStatusHangingPlugin(t *testing.T) {
 	t.Parallel()
 	// Long enough that the other pod's RunPodSandbox finishing first proves it did not wait.
 	const requestTimeout = 10 * time.Second
-	h, ctx := startHarness(t, harness.Options{NRIRequestTimeout: requestTimeout})
+	h, ctx := startHarness(t, stack.Options{NRIRequestTimeout: requestTimeout})
 	plugin := startTestPlugin(t, ctx, h, "10", "netip")
 	connections := plugin.connections(t)
 	id := runPod(t, ctx, h, annotatedPodConfig(h, "hangs", map[string]string{annotationIP: "192.0.2.90"}))
@@ -743,7 +743,7 @@ func TestPodStatusHangingPlugin(t *testing.T) {
 func TestPodStatusUpstreamPodsUnderKnext(t *testing.T) {
 	t.Parallel()
 	upstream := upstreamContainerd(t)
-	h, ctx := startHarness(t, harness.Options{})
+	h, ctx := startHarness(t, stack.Options{})
 	if err := h.RestartBinary(ctx, upstream); err != nil {
 		t.Fatal(err)
 	}
@@ -796,7 +796,7 @@ func TestPodStatusUpstreamPodsUnderKnext(t *testing.T) {
 // concurrent status queries for one pod makes one plugin call.
 func TestPodStatusPluginCalls(t *testing.T) {
 	t.Parallel()
-	h, ctx := startHarness(t, harness.Options{})
+	h, ctx := startHarness(t, stack.Options{})
 	plugin := startTestPlugin(t, ctx, h, "10", "netip")
 	// The delay keeps the first query of the burst in the plugin while the others arrive; it is
 	// below the default plugin_request_timeout of the harness (2 s).
@@ -869,7 +869,7 @@ func kubeletPodIPs(ips []string, nodeIPv6 bool) []string {
 // primary IP, in both families, whatever the node's family.
 func TestPodStatusKubeletPicksThePrimaryNetwork(t *testing.T) {
 	t.Parallel()
-	h, ctx := startHarness(t, harness.Options{CNIDualStack: true})
+	h, ctx := startHarness(t, stack.Options{CNIDualStack: true})
 	plugin := startTestPlugin(t, ctx, h, "10", "secondary")
 	id := runPod(t, ctx, h, annotatedPodConfig(h, "dual", map[string]string{annotationAdditionalIPs: "fd99::7,192.0.2.7"}))
 	cni := cniIPsOf(t, h, id)
@@ -893,7 +893,7 @@ func TestPodStatusKubeletPicksThePrimaryNetwork(t *testing.T) {
 }
 
 // waitContainerExited waits until CRI reports container exited.
-func waitContainerExited(t *testing.T, ctx context.Context, h *harness.Harness, container string) {
+func waitContainerExited(t *testing.T, ctx context.Context, h *stack.Stack, container string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {

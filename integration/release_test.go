@@ -21,12 +21,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	nribridge "github.com/knext-dev/knext/contrib/nri-bridge"
-	"github.com/knext-dev/knext/internal/harness"
-	"github.com/knext-dev/knext/internal/harness/testimages"
+	nribridge "github.com/knext-dev/knext/deploy/nri-bridge"
+	"github.com/knext-dev/knext/internal/ociimage"
+	"github.com/knext-dev/knext/internal/stack"
 )
 
-// releaseFiles is the content of the release tarball (contrib/release/release.sh).
+// releaseFiles is the content of the release tarball (deploy/release/release.sh).
 var releaseFiles = []string{
 	"bin/containerd", "bin/containerd-shim-runc-v2", "bin/ctr", "bin/nri-bridge",
 	"lib/systemd/system/containerd.service", "lib/systemd/system/nri-bridge.service",
@@ -39,7 +39,7 @@ var demoBinary onceBuild
 
 // The release tarball of `make release` checks out against its checksum file, holds what it
 // should, names one version everywhere, and works: unpacked into a temporary root, its binaries
-// run the demo (contrib/demo) with its nri-bridge.
+// run the demo (cmd/knext-demo) with its nri-bridge.
 func TestReleaseTarballRunsTheDemo(t *testing.T) {
 	t.Parallel()
 	tarball := os.Getenv("KNEXT_RELEASE")
@@ -91,11 +91,11 @@ func TestReleaseTarballRunsTheDemo(t *testing.T) {
 	if !strings.Contains(string(versionOutput), " "+version+" ") {
 		t.Errorf("bin/containerd --version says %q, the tarball is release %s", versionOutput, tag)
 	}
-	image, err := testimages.ImageName(filepath.Join(root, "share/knext/images/nri-bridge.tar"))
+	image, err := ociimage.ImageName(filepath.Join(root, "share/knext/images/nri-bridge.tar"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if image != testimages.NRIBridgeRepository+":"+tag {
+	if image != ociimage.NRIBridgeRepository+":"+tag {
 		t.Errorf("the image archive holds %s, the tarball is release %s", image, tag)
 	}
 	var pod corev1.Pod
@@ -137,7 +137,7 @@ func TestReleaseTarballRunsTheDemo(t *testing.T) {
 
 	demo := demoBinary.get(t, func(dir string) (string, error) {
 		path := filepath.Join(dir, "knext-demo")
-		_, err := goCommand(nil, "build", "-o", path, "github.com/knext-dev/knext/contrib/demo")
+		_, err := goCommand(nil, "build", "-o", path, "github.com/knext-dev/knext/cmd/knext-demo")
 		return path, err
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -335,11 +335,11 @@ func wantNRISocketRootOnly(t *testing.T, root string, unit map[string]map[string
 		cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck // Wait says how it ended
 		cmd.Wait()                          //nolint:errcheck // terminated
 	}()
-	if err := harness.Poll(context.Background(), time.Minute, 100*time.Millisecond, func() error {
+	if err := stack.Poll(context.Background(), time.Minute, 100*time.Millisecond, func() error {
 		_, err := os.Stat(nriSocket)
 		return err
 	}); err != nil {
-		t.Fatalf("the release's containerd made no NRI socket: %v\n%s", err, harness.Tail(logPath, 30, nil))
+		t.Fatalf("the release's containerd made no NRI socket: %v\n%s", err, stack.Tail(logPath, 30, nil))
 	}
 	for _, path := range []string{filepath.Dir(nriSocket), nriSocket} {
 		wantWritableByRootOnly(t, path)

@@ -14,17 +14,17 @@ import (
 
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/internal/harness"
+	"github.com/knext-dev/knext/internal/stack"
 )
 
 // runReporter is podipobserver, a plugin on knext's stub that reports pods' IPs in its RunPodSandbox answer
 // (the annotation runIPsAnnotation(name)) and records every event with the IPs it is shown.
 type runReporter struct {
-	h       *harness.Harness
+	h       *stack.Stack
 	name    string
 	idx     string
 	out     string
-	process *harness.Process
+	process *stack.Process
 }
 
 func (r *runReporter) nriName() string { return r.idx + "-" + r.name }
@@ -32,7 +32,7 @@ func (r *runReporter) nriName() string { return r.idx + "-" + r.name }
 // runIPsAnnotation is the annotation whose comma-separated IPs the reporter name reports.
 func runIPsAnnotation(name string) string { return "knext.test/" + name + ".run-ips" }
 
-func startRunReporter(t *testing.T, ctx context.Context, h *harness.Harness, idx, name string) *runReporter {
+func startRunReporter(t *testing.T, ctx context.Context, h *stack.Stack, idx, name string) *runReporter {
 	t.Helper()
 	r := &runReporter{h: h, name: name, idx: idx, out: filepath.Join(h.Root, "events-"+idx+"-"+name+".json")}
 	r.start(t, ctx)
@@ -133,7 +133,7 @@ func TestRunPodSandboxAnswerIPs(t *testing.T) {
 		t.Run(map[bool]string{false: "CNI", true: "CNI-less"}[cniLess], func(t *testing.T) {
 			t.Parallel()
 			extra, metrics := metricsConfig(t)
-			opts := harness.Options{ExtraConfig: extra}
+			opts := stack.Options{ExtraConfig: extra}
 			if cniLess {
 				opts.ExtraConfig += cniDisabled + "network_plugin = \"reporter\"\n"
 				opts.SkipNetworkReadyWait = true
@@ -225,7 +225,7 @@ func TestRunPodSandboxAnswerIPs(t *testing.T) {
 // and both IPs, and leaves no sandbox behind; the plugins were told to tear the pod down.
 func TestRunPodSandboxAnswersConflict(t *testing.T) {
 	t.Parallel()
-	h, ctx := startHarness(t, harness.Options{ExtraConfig: cniDisabled, SkipNetworkReadyWait: true})
+	h, ctx := startHarness(t, stack.Options{ExtraConfig: cniDisabled, SkipNetworkReadyWait: true})
 	first := startRunReporter(t, ctx, h, "10", "first")
 	second := startRunReporter(t, ctx, h, "20", "second")
 	config := annotatedPodConfig(h, "conflict", map[string]string{
@@ -265,7 +265,7 @@ func TestRunPodSandboxAnswersConflict(t *testing.T) {
 // status queries adds IPs behind them, and cannot change the primary.
 func TestRunPodSandboxAnswerAndStatusAnswerMerge(t *testing.T) {
 	t.Parallel()
-	h, ctx := startHarness(t, harness.Options{})
+	h, ctx := startHarness(t, stack.Options{})
 	reporter := startRunReporter(t, ctx, h, "20", "reporter")
 	status := startTestPlugin(t, ctx, h, "10", "status")
 	id := runPod(t, ctx, h, annotatedPodConfig(h, "merged", map[string]string{
@@ -281,7 +281,7 @@ func TestRunPodSandboxAnswerAndStatusAnswerMerge(t *testing.T) {
 
 	// A status answer that would change the running pod's primary IP fails the query.
 	status.behave(t, "", behaveReport("10.77.0.1"))
-	wantErrorNaming(t, podStatusError(t, ctx, h, id), harness.PodNamespace+"/merged",
+	wantErrorNaming(t, podStatusError(t, ctx, h, id), stack.PodNamespace+"/merged",
 		"has the primary IP 10.99.0.7 (nri:20-reporter), and its IPs would now make it 10.77.0.1 (nri:10-status)")
 	status.behave(t, "", "")
 
@@ -301,7 +301,7 @@ func TestRunPodSandboxAnswerAndStatusAnswerMerge(t *testing.T) {
 // is gone, the IP can be reported again.
 func TestRunPodSandboxAnswerWithAnotherPodsIP(t *testing.T) {
 	t.Parallel()
-	h, ctx := startHarness(t, harness.Options{ExtraConfig: cniDisabled, SkipNetworkReadyWait: true})
+	h, ctx := startHarness(t, stack.Options{ExtraConfig: cniDisabled, SkipNetworkReadyWait: true})
 	startRunReporter(t, ctx, h, "10", "reporter")
 	same := map[string]string{runIPsAnnotation("reporter"): "10.99.0.7"}
 	first := runPod(t, ctx, h, annotatedPodConfig(h, "first", same))
@@ -309,8 +309,8 @@ func TestRunPodSandboxAnswerWithAnotherPodsIP(t *testing.T) {
 	if err == nil {
 		t.Fatal("RunPodSandbox of a second pod with the first one's IP succeeded")
 	}
-	wantErrorNaming(t, err, "nri:10-reporter reports IP 10.99.0.7", harness.PodNamespace+"/second",
-		`pod sandbox "`+first+`" (`+harness.PodNamespace+"/first) holds")
+	wantErrorNaming(t, err, "nri:10-reporter reports IP 10.99.0.7", stack.PodNamespace+"/second",
+		`pod sandbox "`+first+`" (`+stack.PodNamespace+"/first) holds")
 	pods, err := h.Runtime.ListPodSandbox(ctx, &criruntime.ListPodSandboxRequest{})
 	if err != nil {
 		t.Fatal(err)

@@ -19,8 +19,8 @@ import (
 	"golang.org/x/sys/unix"
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/internal/harness"
-	"github.com/knext-dev/knext/internal/harness/testimages"
+	"github.com/knext-dev/knext/internal/ociimage"
+	"github.com/knext-dev/knext/internal/stack"
 )
 
 // crashingOwnerEnv makes the test binary start a harness with a running container, print its
@@ -34,7 +34,7 @@ type footprint struct {
 }
 
 // startFootprint runs a pod with a sleeping busybox container and returns what h now occupies.
-func startFootprint(ctx context.Context, h *harness.Harness) (footprint, error) {
+func startFootprint(ctx context.Context, h *stack.Stack) (footprint, error) {
 	f := footprint{ID: h.ID, Root: h.Root, Address: h.Address, Bridge: h.Bridge, CgroupParent: h.CgroupParent}
 	podConfig := h.PodConfig("footprint")
 	pod, err := h.Runtime.RunPodSandbox(ctx, &criruntime.RunPodSandboxRequest{Config: podConfig})
@@ -43,7 +43,7 @@ func startFootprint(ctx context.Context, h *harness.Harness) (footprint, error) 
 	}
 	f.PodID = pod.PodSandboxId
 	created, err := h.Runtime.CreateContainer(ctx, &criruntime.CreateContainerRequest{PodSandboxId: pod.PodSandboxId,
-		Config: h.ContainerConfig("sleeper", testimages.BusyboxImage, "sleep", "3600"), SandboxConfig: podConfig})
+		Config: h.ContainerConfig("sleeper", ociimage.BusyboxImage, "sleep", "3600"), SandboxConfig: podConfig})
 	if err != nil {
 		return f, err
 	}
@@ -53,7 +53,7 @@ func startFootprint(ctx context.Context, h *harness.Harness) (footprint, error) 
 
 func runCrashingOwner() int {
 	ctx := context.Background()
-	h, err := harness.New(ctx, harness.Options{})
+	h, err := stack.New(ctx, stack.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -73,7 +73,7 @@ func withCloseError(err, closeErr error) string {
 	return fmt.Sprintf("%v (close: %v)", err, closeErr)
 }
 
-// holdSweeps takes the harness lease directory's lock, which every harness.New needs to sweep
+// holdSweeps takes the harness lease directory's lock, which every stack.New needs to sweep
 // leases of dead owners, and returns its release (safe to call twice).
 func holdSweeps(t *testing.T) func() {
 	t.Helper()
@@ -157,7 +157,7 @@ func TestCloseRemovesEverything(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	h, err := harness.New(ctx, harness.Options{Logf: t.Logf})
+	h, err := stack.New(ctx, stack.Options{Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestCrashedOwnerIsSweptByNextHarness(t *testing.T) {
 	}
 	resumeSweeps()
 
-	h, err := harness.New(ctx, harness.Options{Logf: t.Logf})
+	h, err := stack.New(ctx, stack.Options{Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +240,7 @@ func TestNonEmptyRootIsRefusedAndKept(t *testing.T) {
 	if err := os.WriteFile(precious, []byte("keep me"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	h, err := harness.New(context.Background(), harness.Options{Root: root, Logf: t.Logf})
+	h, err := stack.New(context.Background(), stack.Options{Root: root, Logf: t.Logf})
 	if err == nil {
 		h.Close()
 		t.Fatalf("harness started in non-empty root %s", root)

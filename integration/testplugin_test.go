@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/knext-dev/knext/internal/harness"
+	"github.com/knext-dev/knext/internal/stack"
 )
 
 // builtBinaries is the directory of the binaries the tests build, shared by the tests of one
@@ -79,7 +79,7 @@ var testPluginBinary onceBuild
 func testPluginPath(t *testing.T) string {
 	return testPluginBinary.get(t, func(dir string) (string, error) {
 		path := filepath.Join(dir, "testplugin")
-		_, err := goCommand(nil, "build", "-o", path, "./testplugin")
+		_, err := goCommand(nil, "build", "-o", path, "github.com/knext-dev/knext/test/plugins/testplugin")
 		return path, err
 	})
 }
@@ -124,26 +124,26 @@ func behaveSlow(d time.Duration) string { return "slow " + d.String() }
 
 // testPlugin is one test plugin connected to a harness's NRI socket, as a separate process.
 type testPlugin struct {
-	h       *harness.Harness
+	h       *stack.Stack
 	name    string // as the plugin calls itself
 	idx     string
 	dir     string // control files and request log
 	policy  string // the failure policy it declares, "" for none
-	process *harness.Process
+	process *stack.Process
 }
 
 // nriName is the plugin's name as NRI reports it.
 func (p *testPlugin) nriName() string { return p.idx + "-" + p.name }
 
 // startTestPlugin starts a test plugin and waits until NRI has synchronized it.
-func startTestPlugin(t *testing.T, ctx context.Context, h *harness.Harness, idx, name string) *testPlugin {
+func startTestPlugin(t *testing.T, ctx context.Context, h *stack.Stack, idx, name string) *testPlugin {
 	t.Helper()
 	return startTestPluginWithPolicy(t, ctx, h, idx, name, "")
 }
 
 // startTestPluginWithPolicy starts a test plugin that declares the given failure policy
 // (testplugin's -failure-policy) and waits until NRI has synchronized it.
-func startTestPluginWithPolicy(t *testing.T, ctx context.Context, h *harness.Harness, idx, name, policy string) *testPlugin {
+func startTestPluginWithPolicy(t *testing.T, ctx context.Context, h *stack.Stack, idx, name, policy string) *testPlugin {
 	t.Helper()
 	p := &testPlugin{h: h, name: name, idx: idx, policy: policy, dir: filepath.Join(h.Root, "plugin-"+idx+"-"+name)}
 	if err := os.MkdirAll(p.dir, 0o755); err != nil {
@@ -161,7 +161,7 @@ func (p *testPlugin) start(t *testing.T, ctx context.Context) {
 
 // startSynchronizedPlugin runs the plugin binary as NRI plugin idx-name on h's NRI socket, with
 // args after its -socket, -name and -idx, and waits until NRI has synchronized it.
-func startSynchronizedPlugin(t *testing.T, ctx context.Context, h *harness.Harness, idx, name, binary string, args ...string) *harness.Process {
+func startSynchronizedPlugin(t *testing.T, ctx context.Context, h *stack.Stack, idx, name, binary string, args ...string) *stack.Process {
 	t.Helper()
 	nriName := idx + "-" + name
 	connected := nriConnections(t, h, nriName)
@@ -182,7 +182,7 @@ func (p *testPlugin) connections(t *testing.T) int {
 
 // nriConnections counts the lines in which containerd logs that NRI synchronized the plugin
 // named nriName ("<idx>-<name>"), connected to the socket or pre-installed.
-func nriConnections(t *testing.T, h *harness.Harness, nriName string) int {
+func nriConnections(t *testing.T, h *stack.Stack, nriName string) int {
 	t.Helper()
 	quoted := `\"` + nriName + `\"`
 	return logCount(t, h, "plugin "+quoted+" connected and synchronized") +
@@ -190,14 +190,14 @@ func nriConnections(t *testing.T, h *harness.Harness, nriName string) int {
 }
 
 // logCount counts the lines of the daemon log that contain every one of parts.
-func logCount(t *testing.T, h *harness.Harness, parts ...string) int {
+func logCount(t *testing.T, h *stack.Stack, parts ...string) int {
 	t.Helper()
 	return len(logLines(t, h.LogPath, parts...))
 }
 
 // waitSynchronized waits up to 30 s until NRI has synchronized the plugin nriName, which process
 // runs, more often than the connected times it had before.
-func waitSynchronized(t *testing.T, ctx context.Context, h *harness.Harness, process *harness.Process, nriName string, connected int) {
+func waitSynchronized(t *testing.T, ctx context.Context, h *stack.Stack, process *stack.Process, nriName string, connected int) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for nriConnections(t, h, nriName) == connected {
@@ -299,7 +299,7 @@ func (p *testPlugin) waitCalls(t *testing.T, podID string, n int) {
 }
 
 // waitLogLine waits up to 30 s for a line of the daemon log that contains every one of parts.
-func waitLogLine(t *testing.T, h *harness.Harness, parts ...string) {
+func waitLogLine(t *testing.T, h *stack.Stack, parts ...string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for logCount(t, h, parts...) == 0 {
@@ -328,7 +328,7 @@ func (p *testPlugin) podEvents(t *testing.T, podID string) []string {
 }
 
 // processLog returns the output of a helper process, headed by its name.
-func processLog(process *harness.Process) string {
+func processLog(process *stack.Process) string {
 	data, err := os.ReadFile(process.LogPath)
 	if err != nil {
 		return fmt.Sprintf("(no log of %s: %v)", process.Name, err)

@@ -14,7 +14,7 @@ import (
 	"github.com/vishvananda/netlink"
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/knext-dev/knext/internal/harness"
+	"github.com/knext-dev/knext/internal/stack"
 )
 
 // Pristine upstream containerd 2.4.2 (make upstream) runs NRI v0.12.3, which does not know
@@ -26,13 +26,13 @@ import (
 type secondaryBridge struct {
 	bridge, ipv4, ipv6 string
 	args               []string // the configuration flags; -cleanup takes the same
-	process            *harness.Process
+	process            *stack.Process
 }
 
 // startSecondaryBridge starts nri-bridge with interface net1 on h's NRI socket and waits until
 // NRI has synchronized it. Its subnets derive from the harness's /24 (10.240.0.0/12), so that
 // concurrent harnesses never share them: 10.176.0.0/12 and fd6b:6e79::/32.
-func startSecondaryBridge(t *testing.T, ctx context.Context, h *harness.Harness) *secondaryBridge {
+func startSecondaryBridge(t *testing.T, ctx context.Context, h *stack.Stack) *secondaryBridge {
 	t.Helper()
 	octets := h.Subnet.IP.To4()
 	b := &secondaryBridge{
@@ -79,7 +79,7 @@ func logLines(t *testing.T, path string, parts ...string) []string {
 // bridgePortCount counts the veths attached to bridge.
 func bridgePortCount(t *testing.T, bridge string) int {
 	t.Helper()
-	ports, err := harness.BridgePorts(bridge)
+	ports, err := stack.BridgePorts(bridge)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func bridgePortCount(t *testing.T, bridge string) int {
 
 // defaultRouteDevs returns the interfaces of the default routes the container sees, per family
 // flag ("-4", "-6").
-func defaultRouteDevs(t *testing.T, ctx context.Context, h *harness.Harness, container, family string) []string {
+func defaultRouteDevs(t *testing.T, ctx context.Context, h *stack.Stack, container, family string) []string {
 	t.Helper()
 	var devs []string
 	for line := range strings.SplitSeq(execIn(t, ctx, h, container, "ip", family, "route", "show", "default"), "\n") {
@@ -105,7 +105,7 @@ func defaultRouteDevs(t *testing.T, ctx context.Context, h *harness.Harness, con
 // pod, tears the pods down and releases their addresses; CRI shows CNI's IP alone.
 func TestUpstreamContainerdRunsNRIBridgeNextToCNI(t *testing.T) {
 	t.Parallel()
-	h, ctx := startHarness(t, harness.Options{Containerd: upstreamContainerd(t)})
+	h, ctx := startHarness(t, stack.Options{Containerd: upstreamContainerd(t)})
 	wantUpstream(t, ctx, h, true)
 	b := startSecondaryBridge(t, ctx, h)
 
@@ -215,11 +215,11 @@ func TestUpstreamContainerdRunsNRIBridgeNextToCNI(t *testing.T) {
 func TestUpstreamContainerdWithoutCNIStartsNoPod(t *testing.T) {
 	t.Parallel()
 	emptyConfDir := t.TempDir()
-	h, ctx := startHarness(t, harness.Options{Containerd: upstreamContainerd(t), SkipNetworkReadyWait: true,
+	h, ctx := startHarness(t, stack.Options{Containerd: upstreamContainerd(t), SkipNetworkReadyWait: true,
 		ExtraConfig: fmt.Sprintf("[plugins.'io.containerd.cri.v1.runtime'.cni]\nconf_dir = %q\n", emptyConfDir)})
 	wantUpstream(t, ctx, h, true)
 	connected := nriConnections(t, h, nriBridgeName)
-	bridge, err := h.StartProcess(harness.NRIBridgeProcess, nriBridgePath(t), h.NRIBridgeArgs("-ipv4-subnet", ipv4Subnet(h))...)
+	bridge, err := h.StartProcess(stack.NRIBridgeProcess, nriBridgePath(t), h.NRIBridgeArgs("-ipv4-subnet", ipv4Subnet(h))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +252,7 @@ func TestUpstreamContainerdWithoutCNIStartsNoPod(t *testing.T) {
 // is refused at registration, naming the event mask.
 func TestUpstreamContainerdIgnoresRunPodSandboxAnswers(t *testing.T) {
 	t.Parallel()
-	h, ctx := startHarness(t, harness.Options{Containerd: upstreamContainerd(t)})
+	h, ctx := startHarness(t, stack.Options{Containerd: upstreamContainerd(t)})
 	wantUpstream(t, ctx, h, true)
 	reporter := startRunReporter(t, ctx, h, "10", "reporter")
 	status, err := h.StartProcess("plugin-20-status", testPluginPath(t),

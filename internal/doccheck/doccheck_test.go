@@ -60,7 +60,8 @@ var checkedRepository = map[string]string{
 		"[no heading](docs/guide.md#nowhere), [web](https://example.com/x), [here](#top).\n" +
 		"Cited: `cmd/tool/main.go`, `cmd/missing.go`, `internal/{a,b}/x.go`, `patches/<module>/*.patch`,\n" +
 		"`./cmd/...`, `build/bin/containerd`, `internal/cri/server/status.go` and cmd/tool/main.go.\n" +
-		"Generated: `docs/performance/report.json`, `docs/performance/*.svg`, docs/performance/status.svg.\n" +
+		"Generated: `docs/performance/report.json`, `docs/performance/*.svg`, docs/performance/status.svg,\n" +
+		"upstream's `script/setup/install-cni`, not `script/setup-cni`.\n" +
 		"\n```sh\ncmd/tool/run.sh\n[not a link](docs/nowhere.md)\n```\n",
 	"docs/guide.md": "# Guide\n\n## The second part\n\n## The second part\n\n" +
 		"Back to [the top](../README.md#top); [twice](guide.md#the-second-part-1), [out](../../x.md).\n",
@@ -68,10 +69,10 @@ var checkedRepository = map[string]string{
 	"internal/a/x.go":        "package a\n",
 	"patches/nri/0001.patch": formatPatch("[PATCH] cri: status", "internal/cri/server/status.go"),
 	// Never read: the build output, and test data.
-	"build/notes.md":          "[gone](gone.md) `cmd/gone`\n",
-	"cmd/tool/testdata/x.md":  "[gone](gone.md) `cmd/gone`\n",
-	"contrib/build/kept.md":   "[kept](kept.md)\n",
-	"contrib/build/broken.md": "`contrib/build/none.sh`\n",
+	"build/notes.md":         "[gone](gone.md) `cmd/gone`\n",
+	"cmd/tool/testdata/x.md": "[gone](gone.md) `cmd/gone`\n",
+	"script/build/kept.md":   "[kept](kept.md)\n",
+	"script/build/broken.md": "`script/build/none.sh`\n",
 }
 
 func TestBrokenLinksAreFound(t *testing.T) {
@@ -86,10 +87,11 @@ func TestBrokenCitationsAreFound(t *testing.T) {
 	wantProblems(t, "broken citations", repositoryOf(t, checkedRepository).BrokenCitations(), []string{
 		"README.md:5: cmd/missing.go: no such file or directory in the repository, nor in the patch series",
 		"README.md:5: internal/{a,b}/x.go: internal/b/x.go: no such file or directory in the repository, nor in the patch series",
-		"README.md:10: cmd/tool/run.sh: no such file or directory in the repository, nor in the patch series",
+		"README.md:8: script/setup-cni: no such file or directory in the repository, nor in the patch series",
+		"README.md:11: cmd/tool/run.sh: no such file or directory in the repository, nor in the patch series",
 		// Code blocks hold no links, but their paths are checked.
-		"README.md:11: docs/nowhere.md: no such file or directory in the repository, nor in the patch series",
-		"contrib/build/broken.md:1: contrib/build/none.sh: no such file or directory in the repository, nor in the patch series",
+		"README.md:12: docs/nowhere.md: no such file or directory in the repository, nor in the patch series",
+		"script/build/broken.md:1: script/build/none.sh: no such file or directory in the repository, nor in the patch series",
 	})
 }
 

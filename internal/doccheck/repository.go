@@ -32,6 +32,17 @@ var ignoredTopDirs = []string{".git", "build"}
 // and draws its plots there, and until a report is committed there are none.
 var generatedPaths = []string{"docs/performance/report.json", "docs/performance/*.svg"}
 
+// upstreamDirs are directories of the upstream trees (containerd's, Kubernetes') that the pages
+// cite as upstream's and whose top-level folder is also one of ours (script/, test/): a cited
+// path in one of them is upstream's, not a path of this repository, even though no patch
+// changes it. None of them may exist in this repository (TestUpstreamDirsAreNotOurs), or a
+// citation of our own file there would go unchecked.
+var upstreamDirs = []string{
+	"script/setup", // containerd's machine setup: install-cni, runc-version...
+	"script/test",  // containerd's CI helpers: utils.sh
+	"test/e2e",     // Kubernetes' e2e suite, which third_party/kubernetes/e2e compiles
+}
+
 // ignoredDirs, at any depth, hold no page of ours: other projects' files and test data.
 var ignoredDirs = []string{".git", "vendor", "node_modules", "testdata"}
 
@@ -159,7 +170,8 @@ func (r *Repository) citationPattern() *regexp.Regexp {
 // BrokenCitations returns, one line each with the page and the line, the paths the pages cite
 // (in text, code spans and code blocks alike; not link destinations, which BrokenLinks checks)
 // that start with a top-level directory of the repository and exist neither in the repository
-// nor among the files the patch series creates or changes in the upstream trees.
+// nor among the files the patch series creates or changes in the upstream trees, and are neither
+// generated (generatedPaths) nor in a directory only upstream has (upstreamDirs).
 func (r *Repository) BrokenCitations() []string {
 	pattern := r.citationPattern()
 	var problems []string
@@ -198,7 +210,7 @@ func (r *Repository) checkCitation(cited string) string {
 		if _, err := path.Match(glob, ""); err != nil {
 			return fmt.Sprintf("not a valid path pattern: %v", err)
 		}
-		if !r.inRepository(glob) && !r.inSeries(glob) && !generated(glob) {
+		if !r.inRepository(glob) && !r.inSeries(glob) && !generated(glob) && !inUpstreamDir(glob) {
 			missing = append(missing, alternative)
 		}
 	}
@@ -222,6 +234,16 @@ func (r *Repository) inRepository(glob string) bool {
 func generated(glob string) bool {
 	for _, g := range generatedPaths {
 		if matched, _ := path.Match(g, glob); matched || g == glob {
+			return true
+		}
+	}
+	return false
+}
+
+// inUpstreamDir tells whether the glob pattern is one of the upstream directories or lies in one.
+func inUpstreamDir(glob string) bool {
+	for _, d := range upstreamDirs {
+		if glob == d || strings.HasPrefix(glob, d+"/") {
 			return true
 		}
 	}

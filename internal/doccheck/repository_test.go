@@ -38,3 +38,14 @@ func TestSeriesTableListsThePatchFiles(t *testing.T) {
 		t.Error(problem)
 	}
 }
+
+// A directory of upstreamDirs that this repository also had would hide broken citations of our
+// own files there: rename ours, or drop the entry and cite upstream's paths differently.
+func TestUpstreamDirsAreNotOurs(t *testing.T) {
+	r := openRepository(t)
+	for _, d := range upstreamDirs {
+		if r.inRepository(d) {
+			t.Errorf("%s is in upstreamDirs, but the repository has it", d)
+		}
+	}
+}

@@ -15,10 +15,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/knext-dev/knext/internal/harness/netnstest"
 	"github.com/knext-dev/knext/internal/nribridge/cluster/clustertest"
 	"github.com/knext-dev/knext/internal/nribridge/store"
 	"github.com/knext-dev/knext/internal/nribridge/wiring"
+	"github.com/knext-dev/knext/test/netnstest"
 )
 
 // underlayNetNS creates a network namespace standing for a node on an underlay network: an

@@ -13,12 +13,12 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/vishvananda/netlink"
 
-	"github.com/knext-dev/knext/internal/harness/netnstest"
 	"github.com/knext-dev/knext/internal/nribridge/cluster"
 	"github.com/knext-dev/knext/internal/nribridge/config"
 	"github.com/knext-dev/knext/internal/nribridge/firewall"
 	"github.com/knext-dev/knext/internal/nribridge/store"
 	"github.com/knext-dev/knext/internal/nribridge/wiring"
+	"github.com/knext-dev/knext/test/netnstest"
 )
 
 func TestNetnsCleanup(t *testing.T) {

@@ -17,10 +17,10 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/knext-dev/knext/internal/harness/netnstest"
 	"github.com/knext-dev/knext/internal/nribridge/config"
 	"github.com/knext-dev/knext/internal/nribridge/firewall"
 	"github.com/knext-dev/knext/internal/nribridge/wiring"
+	"github.com/knext-dev/knext/test/netnstest"
 )
 
 // These tests change the host like network_linux_test.go: network namespaces, veths, a bridge

@@ -17,11 +17,11 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/knext-dev/knext/internal/harness/netnstest"
 	"github.com/knext-dev/knext/internal/nribridge/config"
 	"github.com/knext-dev/knext/internal/nribridge/firewall"
 	"github.com/knext-dev/knext/internal/nribridge/store"
 	"github.com/knext-dev/knext/internal/nribridge/wiring"
+	"github.com/knext-dev/knext/test/netnstest"
 )
 
 // These tests change the host: they create network namespaces, a bridge with a random name

@@ -10,8 +10,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/knext-dev/knext/internal/harness/netnstest"
 	"github.com/knext-dev/knext/internal/nribridge/wiring"
+	"github.com/knext-dev/knext/test/netnstest"
 )
 
 // kubeProxyTable stands for kube-proxy's rules of a Service with one endpoint, as its nftables
@@ -23,7 +23,7 @@ import (
 func kubeProxyTable(t *testing.T, service, endpoint netip.AddrPort, clients netip.Prefix) {
 	t.Helper()
 	if _, err := exec.LookPath("nft"); err != nil {
-		t.Fatal("nft is missing (apt-get install nftables, as contrib/ci/install-deps.sh does): the test applies kube-proxy-like rules with it")
+		t.Fatal("nft is missing (apt-get install nftables, as script/ci/install-deps.sh does): the test applies kube-proxy-like rules with it")
 	}
 	family := "ip"
 	if service.Addr().Is6() {
