@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/knext-dev/knext/internal/doccheck"
+	"github.com/knext-dev/knext/test/doccheck"
 	"github.com/knext-dev/knext/internal/stack"
 )
 
