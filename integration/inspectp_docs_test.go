@@ -7,8 +7,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/knext-dev/knext/test/doccheck"
 	"github.com/knext-dev/knext/internal/stack"
+	"github.com/knext-dev/knext/test/doccheck"
 )
 
 // repositoryRoot is this checkout, from this package's directory.
