@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 	"os/exec"
@@ -128,25 +127,12 @@ func keepLogs(c *cluster.Cluster, dir string, logf func(string, ...any)) {
 	}
 	for _, p := range processes {
 		name := strings.ReplaceAll(p.Name, "/", "-") + ".log"
-		if err := copyFile(p.Log, filepath.Join(dir, name)); err != nil {
+		data, err := os.ReadFile(p.Log)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, name), data, 0o644)
+		}
+		if err != nil {
 			logf("keeping the cluster's logs: %v", err)
 		}
 	}
-}
-
-func copyFile(from, to string) error {
-	in, err := os.Open(from)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.Create(to)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
