@@ -135,24 +135,26 @@ test: build upstream images kubelet release cluster-images
 	@script/ci/test.sh
 
 BENCH := $(BUILD)/bench
-# knext against upstream containerd, in one run (docs/performance.md): PodSandboxStatus cost, pod
-# lifecycle with CNI and CNI-less, scale, and a cluster of each runtime, paired and interleaved
-# round by round, with 95% intervals and an A/A pair. Not part of `make test`. Tune it with
-# BENCH_FLAGS, e.g. BENCH_FLAGS="-repeats 8 -benchmarks lifecycle"; `make bench-cluster` runs the
-# cluster part alone.
+# knext against upstream containerd on one node (docs/performance.md): PodSandboxStatus cost, pod
+# lifecycle with CNI and CNI-less, and scale, paired and interleaved round by round, with 95%
+# intervals and an A/A pair. Not part of `make test`. Tune it with BENCH_FLAGS, e.g.
+# BENCH_FLAGS="-repeats 8 -benchmarks lifecycle". `make bench-cluster` measures a cluster of each
+# runtime the same way, in its own run and report: it takes longer than the rest together.
+BENCH_OUT ?= report.json
 bench: build upstream images cluster-images
 	@script/ci/check-deps.sh
 	go build -o $(BENCH)/knext-bench ./cmd/knext-bench
 	go build -o $(BENCH)/statusplugin ./internal/bench/statusplugin
 	$(BENCH)/knext-bench -knext $(BIN)/containerd -upstream $(UPSTREAM_BIN)/containerd \
-		-plugin $(BENCH)/statusplugin -nri-bridge $(BIN)/nri-bridge -out $(BENCH)/report.json $(BENCH_FLAGS)
+		-plugin $(BENCH)/statusplugin -nri-bridge $(BIN)/nri-bridge -out $(BENCH)/$(BENCH_OUT) $(BENCH_FLAGS)
 
 bench-cluster:
-	@$(MAKE) --no-print-directory bench BENCH_FLAGS="-benchmarks cluster $(BENCH_FLAGS)"
+	@$(MAKE) --no-print-directory bench BENCH_OUT=cluster.json BENCH_FLAGS="-benchmarks cluster $(BENCH_FLAGS)"
 
-# docs/performance.md's tables, verdicts, short answer and plots, and its committed report, from a
-# report of `make bench` (BENCH_REPORT, by default the last run's).
-BENCH_REPORT ?= $(BENCH)/report.json
+# docs/performance.md's tables, verdicts, short answer and plots, and its committed reports, from
+# the reports of `make bench` and `make bench-cluster` (BENCH_REPORT, comma-separated; by default
+# the last run's of each).
+BENCH_REPORT ?= $(BENCH)/report.json,$(BENCH)/cluster.json
 bench-doc:
 	go run ./cmd/knext-bench doc -report $(BENCH_REPORT)
 

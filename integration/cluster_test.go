@@ -26,6 +26,7 @@ import (
 	"time"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/prometheus/procfs"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -75,8 +76,13 @@ func TestCluster(t *testing.T) {
 			t.Run("PodToPod", e.testPodToPod)
 			t.Run("Services", e.testServices)
 			t.Run("Faults", e.testFaults)
+			t.Run("PauseResume", e.testPauseResume)
 			if e.knext() {
 				t.Run("NodeWithoutNetwork", e.testNodeWithoutNetwork)
+			}
+			// The cleanup's cluster down must remove a paused cluster as well as a running one.
+			if err := e.c.Pause(); err != nil {
+				t.Errorf("pause before cluster down: %v", err)
 			}
 		})
 	}
@@ -1145,6 +1151,90 @@ func (e *clusterEnv) testFaults(t *testing.T) {
 	back := time.Now()
 	e.reportServices(t, nodeRestart+", until its pods ran again", restarted, back)
 	e.waitServicesAnswer(t, nodeRestart, back)
+}
+
+// testPauseResume pauses the whole cluster for longer than the controller-manager's grace for a
+// node's lease (50 s), as the bench does with the cluster it is not measuring: meanwhile every
+// process of it is stopped and takes no CPU; once resumed, the cluster is whole, every pod kept its
+// sandbox, containers and IPs, and the Services answer again. Whether a node was marked NotReady
+// for a moment (the controller-manager's cache of the leases may lag) goes to the figures.
+func (e *clusterEnv) testPauseResume(t *testing.T) {
+	const what, paused = "the cluster paused and resumed", time.Minute
+	w := e.watchPods(t)
+	readyBefore := e.nodesReady(t)
+	if err := e.c.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.c.Resume(e.ctx) }) // a no-op unless a check below ended the test
+	pids, err := e.c.Processes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A running thread stops when it is next scheduled: wait for all before counting their CPU.
+	var before map[int]procfs.ProcStat
+	e.pollUntil(t, 10*time.Second, "every process of the paused cluster stopped", func() error {
+		before = procStats(pids)
+		for pid, stat := range before {
+			if stat.State != "T" && stat.State != "Z" { // a zombie: exited, its parent stopped before reaping it
+				return fmt.Errorf("pid %d (%s) is in state %s, want T (stopped)", pid, stat.Comm, stat.State)
+			}
+		}
+		return nil
+	})
+	time.Sleep(paused)
+	for pid, now := range procStats(pids) {
+		then, ok := before[pid]
+		if !ok || then.Starttime != now.Starttime {
+			continue // gone before the pause, and another process since
+		}
+		if used := now.UTime + now.STime - then.UTime - then.STime; used != 0 || now.State != then.State {
+			t.Errorf("pid %d (%s) of the paused cluster used %d ticks of CPU in %s, state %s then %s", pid, now.Comm, used, paused, then.State, now.State)
+		}
+	}
+	start := time.Now()
+	if err := e.c.Resume(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.waitWhole(t, what)
+	e.figures.add(t, "%s: whole again %s after the resume (paused %s, %d processes)", what, time.Since(start).Round(100*time.Millisecond), paused, len(pids))
+	changed := 0
+	for node, ready := range e.nodesReady(t) {
+		if ready != readyBefore[node] {
+			changed++
+		}
+	}
+	e.figures.add(t, "  %s: the Ready condition of %d of %d nodes changed meanwhile (before: %v)", what, changed, len(readyBefore), readyBefore)
+	w.check(t, e, what, never)
+	e.waitServicesAnswer(t, what, time.Now())
+}
+
+// nodesReady is each node's Ready condition: its status and since when.
+func (e *clusterEnv) nodesReady(t *testing.T) map[string]string {
+	t.Helper()
+	nodes, err := e.client.CoreV1().Nodes().List(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := map[string]string{}
+	for _, n := range nodes.Items {
+		if c := cluster.NodeCondition(&n, corev1.NodeReady); c != nil {
+			ready[n.Name] = fmt.Sprintf("%s since %s", c.Status, c.LastTransitionTime.Format(time.TimeOnly))
+		}
+	}
+	return ready
+}
+
+// procStats reads each process's /proc/<pid>/stat; one that is gone has none.
+func procStats(pids []int) map[int]procfs.ProcStat {
+	stats := map[int]procfs.ProcStat{}
+	for _, pid := range pids {
+		if p, err := procfs.NewProc(pid); err == nil {
+			if stat, err := p.Stat(); err == nil {
+				stats[pid] = stat
+			}
+		}
+	}
+	return stats
 }
 
 // waitKubeletBack waits until the node's kubelet renewed its Lease after since: a restarted

@@ -112,10 +112,7 @@ func TestTargetsAndSummaryComeFromTheBenchmarkLines(t *testing.T) {
 		}
 	}
 	// Upstream's own figures are the base's of every pair; knext's its own.
-	tables, err := r.tables()
-	if err != nil {
-		t.Fatal(err)
-	}
+	tables := s.tables(r.Settings)
 	status := tables[slices.IndexFunc(tables, func(t Table) bool { return t.ID == "status" })]
 	if want := [][]string{{"upstream", "–", "1.100", "–", "1.100", "–", "–", "–", "–", "–", "–"},
 		{"knext", "upstream", "1.101", "1.00 [1.00–1.00]", "1.651", "1.50 [1.50–1.50]", "–", "–", "–", "–", "0.00"},
@@ -132,7 +129,7 @@ var update = flag.Bool("update", false, "rewrite testdata/rendered.md from testd
 // Every region of the page rendered from the synthetic report is testdata/rendered.md: what the
 // page says, word for word, for a report (go test -update rewrites it after a deliberate change).
 func TestRenderFillsEveryRegionAndDrawsThePlots(t *testing.T) {
-	regions, plots, err := render(testReport(t), "performance")
+	regions, plots, err := render([]*report{testReport(t)}, "performance")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,13 +164,17 @@ func TestRenderFillsEveryRegionAndDrawsThePlots(t *testing.T) {
 // no figure or verdict on it that the report does not hold.
 func TestPageIsRenderedFromItsReport(t *testing.T) {
 	dir := filepath.Join("..", "..", "docs")
-	var r *report
-	if _, err := os.Stat(filepath.Join(dir, "performance", "report.json")); err == nil {
-		if r, err = readReport(filepath.Join(dir, "performance", "report.json")); err != nil {
-			t.Fatal(err)
+	var reports []*report
+	for _, name := range []string{"report.json", "cluster.json"} { // make bench-doc's order
+		if _, err := os.Stat(filepath.Join(dir, "performance", name)); err == nil {
+			r, err := readReport(filepath.Join(dir, "performance", name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			reports = append(reports, r)
 		}
 	}
-	regions, plots, err := render(r, "performance")
+	regions, plots, err := render(reports, "performance")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,6 +189,43 @@ func TestPageIsRenderedFromItsReport(t *testing.T) {
 		if committed, err := os.ReadFile(filepath.Join(dir, "performance", name)); err != nil || string(committed) != string(svg) {
 			t.Errorf("docs/performance/%s is not what its report draws (%v): run make bench-doc", name, err)
 		}
+	}
+}
+
+// The runs of make bench and make bench-cluster, each its own report, render the page as one
+// run of every part would, but for the run region, which names both.
+func TestReportsOfSeparateRunsRenderAsOne(t *testing.T) {
+	whole, nodes, cluster := testReport(t), testReport(t), testReport(t)
+	nodes.file, cluster.file = "report.json", "cluster.json"
+	nodes.Settings.ClusterPods, cluster.Settings.Repeats = 1, 7
+	isCluster := func(line string) bool { return strings.HasPrefix(line, "BenchmarkCluster/") }
+	nodes.Results = slices.DeleteFunc(slices.Clone(whole.Results), isCluster)
+	cluster.Results = slices.DeleteFunc(slices.Clone(whole.Results), func(line string) bool { return !isCluster(line) })
+	nodes.Phases, cluster.Phases = whole.Phases[:1], whole.Phases[1:]
+	nodes.Redone, cluster.Redone, nodes.KeptLoaded, cluster.KeptLoaded = 1, whole.Redone-1, 0, whole.KeptLoaded
+	if len(cluster.Results) == 0 || len(nodes.Results) == len(whole.Results) {
+		t.Fatal("the synthetic report lacks the cluster part or the others")
+	}
+	want, _, err := render([]*report{whole}, "performance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := render([]*report{nodes, cluster}, "performance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range pageRegions {
+		if id != "run" && got[id] != want[id] {
+			t.Errorf("region %s of the two runs differs from the one run's:\n%s\nwant:\n%s", id, got[id], want[id])
+		}
+	}
+	for _, run := range []string{"parts status, lifecycle, scale come from [`report.json`]", "parts cluster come from [`cluster.json`]"} {
+		if !strings.Contains(got["run"], run) {
+			t.Errorf("the run region does not say %q:\n%s", run, got["run"])
+		}
+	}
+	if _, _, err := render([]*report{whole, cluster}, "performance"); err == nil || !strings.Contains(err.Error(), "both measure part cluster") {
+		t.Errorf("two reports measuring the cluster part rendered: %v", err)
 	}
 }
 

@@ -42,8 +42,8 @@ var clusterFigures = []string{"Cluster/ready-p50", "Cluster/ready-p99", "Cluster
 var clusterRuntimes = map[string]string{cfgKnext: cluster.RuntimeKnext, cfgUpstream: cluster.RuntimeUpstream,
 	cfgUpstreamAgain: cluster.RuntimeUpstream}
 
-// runCluster brings up a cluster of each runtime, both at once, and in each round measures each
-// configuration on its cluster in turn, in a rotating order.
+// runCluster brings up a cluster of each runtime and in each round measures each configuration on
+// its cluster in turn, in a rotating order, only that cluster running: idle ones take CPUs too.
 func runCluster(ctx context.Context, s settings, rep *report) (err error) {
 	clusters := map[string]*benchCluster{} // by runtime
 	defer func() {
@@ -51,7 +51,10 @@ func runCluster(ctx context.Context, s settings, rep *report) (err error) {
 			err = errors.Join(err, cluster.Down(bc.c.Dir, log.Printf))
 		}
 	}()
-	for _, runtime := range []string{cluster.RuntimeKnext, cluster.RuntimeUpstream} {
+	for _, runtime := range []string{cluster.RuntimeUpstream, cluster.RuntimeKnext} {
+		if err := switchTo(ctx, clusters, nil); err != nil {
+			return err
+		}
 		bc, err := newBenchCluster(ctx, runtime, s.ClusterNodes, s.ClusterPods)
 		if bc != nil {
 			clusters[runtime] = bc
@@ -66,7 +69,11 @@ func runCluster(ctx context.Context, s settings, rep *report) (err error) {
 	rep.ClusterIdle = rep.meter.ownIdle
 	return rep.measureTurns("cluster", []string{cfgKnext, cfgUpstream, cfgUpstreamAgain}, []pairing{{cfgUpstream, cfgKnext}, aaPair},
 		s.ClusterPods, func(r *round, key string) (map[string]float64, error) {
-			return clusters[clusterRuntimes[key]].measure(ctx, r, key, s)
+			bc := clusters[clusterRuntimes[key]]
+			if err := switchTo(ctx, clusters, bc); err != nil {
+				return nil, err
+			}
+			return bc.measure(ctx, r, key, s)
 		})
 }
 
@@ -74,6 +81,23 @@ type benchCluster struct {
 	c      *cluster.Cluster
 	client kubernetes.Interface
 	image  string
+}
+
+// switchTo pauses every cluster, then resumes bc (nil: none) and waits until web is whole: every
+// measurement starts from a resumed cluster, whichever was measured before.
+func switchTo(ctx context.Context, clusters map[string]*benchCluster, bc *benchCluster) error {
+	for _, c := range clusters {
+		if err := c.c.Pause(); err != nil {
+			return err
+		}
+	}
+	if bc == nil {
+		return nil
+	}
+	if err := bc.c.Resume(ctx); err != nil {
+		return err
+	}
+	return bc.waitDeployment(ctx, "web")
 }
 
 // newBenchCluster brings the cluster up with the bench's namespace, the Deployment web with that
@@ -245,7 +269,7 @@ func (bc *benchCluster) fill(ctx context.Context, nodePods int, f map[string]flo
 
 // clear deletes the Deployment fill, waits until its pods are gone, and removes the stopped
 // sandboxes of the bench's pods on every node, which the kubelet would otherwise collect within a
-// minute, while the next cluster is measured.
+// minute, in the cluster's next measurement.
 func (bc *benchCluster) clear(ctx context.Context) error {
 	if err := bc.client.AppsV1().Deployments(clusterNamespace).Delete(ctx, "fill", metav1.DeleteOptions{}); err != nil {
 		return err
@@ -261,32 +285,9 @@ func (bc *benchCluster) clear(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		err = removeStopped(ctx, node)
+		err = node.RemoveStoppedSandboxes(ctx, clusterNamespace)
 	}
 	return err
-}
-
-// removeStopped removes the node's stopped sandboxes of the bench's pods, 8 at a time, until none
-// is left: the kubelet may be removing some at the same time.
-func removeStopped(ctx context.Context, node *cluster.NodeState) error {
-	rt, _, closeConn, err := node.CRI()
-	if err != nil {
-		return err
-	}
-	defer closeConn()
-	return stack.Poll(ctx, 5*time.Minute, time.Second, func() error {
-		resp, err := rt.ListPodSandbox(ctx, &criruntime.ListPodSandboxRequest{Filter: &criruntime.PodSandboxFilter{
-			State:         &criruntime.PodSandboxStateValue{State: criruntime.PodSandboxState_SANDBOX_NOTREADY},
-			LabelSelector: map[string]string{"io.kubernetes.pod.namespace": clusterNamespace}}})
-		if err != nil || len(resp.GetItems()) == 0 {
-			return err
-		}
-		_, _ = timeEach(len(resp.GetItems()), 8, func(i int) error { // what fails is listed again
-			_, err := rt.RemovePodSandbox(ctx, &criruntime.RemovePodSandboxRequest{PodSandboxId: resp.GetItems()[i].GetId()})
-			return err
-		})
-		return fmt.Errorf("%s: %d stopped sandboxes of the bench to remove", node.Name, len(resp.GetItems()))
-	})
 }
 
 // histograms reads the histograms of the nodes' containerd and kubelet, summed.

@@ -5,26 +5,33 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/knext-dev/knext/internal/docregion"
 )
 
-// docMain is `knext-bench doc -report FILE`, run in the repository: the report's tables, verdicts
-// and prose into docs/performance.md's regions, the plots and the report itself into
-// docs/performance, so that every figure and verdict of the page comes from the committed report.
+// docMain is `knext-bench doc -report FILES`, run in the repository: the reports' tables, verdicts
+// and prose into docs/performance.md's regions, the plots and the reports themselves into
+// docs/performance, so that every figure and verdict of the page comes from a committed report.
 func docMain(args []string) error {
 	fs := flag.NewFlagSet("doc", flag.ExitOnError)
-	reportPath := fs.String("report", "build/bench/report.json", "the bench's report")
+	paths := fs.String("report", "build/bench/report.json,build/bench/cluster.json", "the reports, comma-separated, each of other parts")
 	_ = fs.Parse(args) // ExitOnError: a wrong flag exits
-	r, err := readReport(*reportPath)
-	if err == nil {
-		err = r.write(filepath.Join("docs", "performance", "report.json"))
+	var reports []*report
+	for path := range strings.SplitSeq(*paths, ",") {
+		r, err := readReport(path)
+		if err != nil {
+			return err
+		}
+		reports = append(reports, r)
 	}
-	if err != nil {
-		return err
+	regions, plots, err := render(reports, "performance")
+	for _, r := range reports {
+		if err == nil {
+			err = r.write(filepath.Join("docs", "performance", r.file))
+		}
 	}
-	regions, plots, err := render(r, "performance")
 	if err != nil {
 		return err
 	}
@@ -33,42 +40,38 @@ func docMain(args []string) error {
 			return err
 		}
 	}
-	text, err := os.ReadFile(filepath.Join("docs", "performance.md"))
-	page := ""
-	if err == nil {
-		page, err = docregion.Fill(string(text), "bench", regions)
-	}
-	if err != nil {
-		return fmt.Errorf("docs/performance.md: %w", err)
-	}
-	return os.WriteFile(filepath.Join("docs", "performance.md"), []byte(page), 0o644)
+	return docregion.FillFile(filepath.Join("docs", "performance.md"), "bench", regions)
 }
 
 // pageRegions are the regions of docs/performance.md that render fills.
 var pageRegions = []string{"run", "summary", "targets", "status", "lifecycle", "scale", "cluster", "cluster-node"}
 
-// render returns the page's regions and plots (by file name) for report r, whose directory is at
+// render returns the page's regions and plots (by file name) for reports, whose directory is at
 // dir from the page; without a report, every region says so.
-func render(r *report, dir string) (map[string]string, map[string][]byte, error) {
+func render(reports []*report, dir string) (map[string]string, map[string][]byte, error) {
 	regions := map[string]string{}
-	if r == nil {
+	if len(reports) == 0 {
 		for _, id := range pageRegions {
-			regions[id] = "No report yet: run `make bench`, then `make bench-doc`."
+			regions[id] = "No report yet: run `make bench` and `make bench-cluster`, then `make bench-doc`."
 		}
 		return regions, nil, nil
+	}
+	var runs []string
+	for _, r := range reports {
+		runs = append(runs, r.runMarkdown(dir))
+	}
+	r, err := merged(reports)
+	if err != nil {
+		return nil, nil, err
 	}
 	s, err := parseSamples(r.Results)
 	if err != nil {
 		return nil, nil, err
 	}
-	tables, err := r.tables()
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, t := range tables {
+	for _, t := range s.tables(r.Settings) {
 		regions[t.ID] = t.markdown()
 	}
-	regions["run"] = r.runMarkdown(dir)
+	regions["run"] = strings.Join(runs, "\n\n")
 	regions["summary"] = s.summaryMarkdown(r)
 	rowsOf := func(p pairing, metrics []string, limit float64) (rows []plotRow) {
 		for _, m := range metrics {
@@ -116,13 +119,12 @@ func (s samples) summaryMarkdown(r *report) string {
 		}
 		lines = append(lines, line)
 	}
-	kept := ""
+	loadLine := fmt.Sprintf("- **The load**: %d rounds were discarded and measured again because other processes used "+
+		"more than %.0f%% of the CPUs during one of their phases.", r.Redone, 100*r.Settings.MaxLoad)
 	if r.KeptLoaded > 0 {
-		kept = fmt.Sprintf(" %d rounds were kept loaded after %d attempts each.", r.KeptLoaded, r.Settings.MaxRedos+1)
+		loadLine += fmt.Sprintf(" %d rounds were kept loaded after %d attempts each.", r.KeptLoaded, r.Settings.MaxRedos+1)
 	}
-	lines = append(lines, fmt.Sprintf("- **The load**: %d rounds were discarded and measured again because other processes used "+
-		"more than %.0f%% of the CPUs during one of their phases.%s", r.Redone, 100*r.Settings.MaxLoad, kept))
-	return strings.Join(lines, "\n")
+	return strings.Join(append(lines, loadLine), "\n")
 }
 
 // runMarkdown says which run the figures come from (its report in dir): date, machine, binaries,
@@ -141,15 +143,18 @@ func (r *report) runMarkdown(dir string) string {
 			notQuiet++
 		}
 	}
-	return fmt.Sprintf("Every figure below comes from [`report.json`](%s/report.json), the report of the run of %s to %s UTC (%.0f min) "+
+	quiet := ""
+	if slices.Contains(r.parts(), "cluster") {
+		quiet = fmt.Sprintf(" (beyond the %.0f%% of the CPUs the cluster measured used idle)", 100*r.ClusterIdle)
+	}
+	return fmt.Sprintf("The figures of the parts %s come from [`%s`](%s/%s), the report of the run of %s to %s UTC (%.0f min) "+
 		"on %d × %s, %s RAM, kernel %s, %s; knext `%s`, upstream `%s`; %s. "+
 		"Settings: `-benchmarks %s -repeats %d -pods %d -duration %s -lifecycle-pods %d -scale-pods %d -cluster-nodes %d "+
 		"-cluster-pods %d -node-pods %d -max-load %.2f -max-redos %d -quiet-wait %s`. "+
-		"Of its %d timed phases, %d started before the machine was quiet (in the cluster part, quiet beyond the %.0f%% of the "+
-		"CPUs the idle clusters used); the share of the CPUs other processes used during a phase was %.0f%% at the median "+
-		"and %.0f%% at most.",
-		dir, r.Started.Format("2006-01-02 15:04"), r.Finished.Format("15:04"), r.Finished.Sub(r.Started).Minutes(), m.CPUs, m.CPU, m.Memory,
+		"Of its %d timed phases, %d started before the machine was quiet%s; the share of the CPUs other processes used during a "+
+		"phase was %.0f%% at the median and %.0f%% at most.",
+		strings.Join(r.parts(), ", "), r.file, dir, r.file, r.Started.Format("2006-01-02 15:04"), r.Finished.Format("15:04"), r.Finished.Sub(r.Started).Minutes(), m.CPUs, m.CPU, m.Memory,
 		m.Kernel, m.Go, r.Binaries["knext"], r.Binaries["upstream"], deps, s.Benchmarks, s.Repeats, s.Pods, s.Duration,
 		s.LifecyclePods, s.ScalePods, s.ClusterNodes, s.ClusterPods, s.NodePods, s.MaxLoad, s.MaxRedos, s.QuietWait,
-		len(r.Phases), notQuiet, 100*r.ClusterIdle, 100*quantile(loads, 0.5), 100*quantile(loads, 1))
+		len(r.Phases), notQuiet, quiet, 100*quantile(loads, 0.5), 100*quantile(loads, 1))
 }

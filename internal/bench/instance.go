@@ -137,8 +137,7 @@ func (in *instance) launchPlugins() error {
 			return err
 		}
 		args := []string{"-nri-socket", in.h.NRISocket, "-name", spec.Name, "-idx", spec.Index, "-prefix", spec.Prefix,
-			"-ready-file", p.ready,
-			fmt.Sprintf("-primary=%t", spec.Primary), fmt.Sprintf("-at-run-pod-sandbox=%t", spec.AtRunPodSandbox)}
+			"-ready-file", p.ready, fmt.Sprintf("-primary=%t", spec.Primary), fmt.Sprintf("-at-run-pod-sandbox=%t", spec.AtRunPodSandbox)}
 		var err error
 		if p.proc, err = in.h.StartProcess("plugin-"+name, in.s.Plugin, args...); err != nil {
 			return err
@@ -222,12 +221,6 @@ func (in *instance) startPods(ctx context.Context, n, width int, name func(i int
 		return nil
 	})
 	return ids, seconds, err
-}
-
-// removePods stops and removes the pods, width at a time; it returns the seconds of each
-// StopPodSandbox + RemovePodSandbox.
-func (in *instance) removePods(ctx context.Context, ids []string, width int) ([]float64, error) {
-	return timeEach(len(ids), width, func(i int) error { return in.h.RemovePod(ctx, ids[i]) })
 }
 
 // load calls call from width workers, each with its own sequence number, for d or until ctx ends:

@@ -184,11 +184,6 @@ func (r *round) phase(ctx context.Context, name string, fn func() error) error {
 	return err
 }
 
-// add records a measurement: a benchmark line of name with iterations n and its values.
-func (r *round) add(name string, n int, values ...benchfmt.Value) {
-	r.results = append(r.results, benchLine(name, n, values...))
-}
-
 // pair records a paired measurement of metric: config's value and base's, measured next to each
 // other, and their ratio.
 func (r *round) pair(metric string, p pairing, n int, v, base float64, unit string) {

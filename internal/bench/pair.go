@@ -96,19 +96,14 @@ func (pr *pairRun) run(ctx context.Context, status, lifecycle bool) (err error) 
 		}
 	}
 	if status {
-		if err := pr.measureStatus(ctx); err != nil {
-			return err
-		}
+		err = pr.measureStatus(ctx)
 	}
 	for _, width := range lifecycleWidths {
-		if !lifecycle {
-			break
-		}
-		if err := pr.measureLifecycle(ctx, width); err != nil {
-			return err
+		if lifecycle && err == nil {
+			err = pr.measureLifecycle(ctx, width)
 		}
 	}
-	return nil
+	return err
 }
 
 // measureStatus measures every variant on both sides, -duration each, pairSlice at a time.
@@ -175,7 +170,8 @@ func (pr *pairRun) measureLifecycle(ctx context.Context, width int) error {
 		}
 		for k := range 2 * batches {
 			side, from := sideOf(k, pr.n), k/2*width
-			seconds, err := pr.sides[side].removePods(ctx, ids[side][from:min(from+width, len(ids[side]))], width)
+			batch := ids[side][from:min(from+width, len(ids[side]))] // each StopPodSandbox + RemovePodSandbox timed
+			seconds, err := timeEach(len(batch), width, func(i int) error { return pr.sides[side].h.RemovePod(ctx, batch[i]) })
 			if err != nil {
 				return err
 			}

@@ -22,10 +22,8 @@ type plotRow struct {
 func ratioPlot(title string, rows []plotRow) ([]byte, error) {
 	p := plot.New()
 	p.Title.Text, p.X.Label.Text = title, "ratio"
-	labels := []string{"(not measured)"}
-	if len(rows) > 0 {
-		labels = make([]string, len(rows))
-	}
+	labels := make([]string, max(len(rows), 1))
+	labels[0] = "(not measured)" // replaced by the last row's label, if any
 	var shapes []plot.Plotter
 	line := func(x0, y0, x1, y1 float64, width vg.Length, c color.Color, dashes ...vg.Length) {
 		l, _ := plotter.NewLine(plotter.XYs{{X: x0, Y: y0}, {X: x1, Y: y1}}) // two finite points: no error

@@ -38,6 +38,42 @@ type report struct {
 	Results     []string `json:"results"`
 
 	meter *loadMeter
+	file  string // the report's file name, as the page links it
+}
+
+// partOf is the part that measures each benchmark, by the first element of its name.
+var partOf = map[string]string{"Status": "status", "PluginCalls": "status", "RunPodSandbox": "lifecycle", "StopRemove": "lifecycle",
+	"ScaleSweep": "scale", "RestartReady": "scale", "RestartAnswered": "scale", "Cluster": "cluster"}
+
+// parts are the parts r holds measurements of, in the order it measured them.
+func (r *report) parts() (parts []string) {
+	for _, line := range r.Results {
+		name, _, _ := strings.Cut(strings.TrimPrefix(line, "Benchmark"), "/")
+		if !slices.Contains(parts, partOf[name]) {
+			parts = append(parts, partOf[name])
+		}
+	}
+	return parts
+}
+
+// merged is one report of the runs of reports, each of other parts: their measurements and counts
+// of redone rounds together, the first's settings but the cluster's, from the run of that part.
+func merged(reports []*report) (*report, error) {
+	m, measured := *reports[0], map[string]string{} // part → report
+	m.Results, m.Redone, m.KeptLoaded = nil, 0, 0
+	for _, r := range reports {
+		for _, part := range r.parts() {
+			if other, twice := measured[part]; twice {
+				return nil, fmt.Errorf("reports %s and %s both measure part %s", other, r.file, part)
+			}
+			measured[part] = r.file
+			if part == "cluster" {
+				m.Settings.ClusterNodes, m.Settings.ClusterPods, m.Settings.NodePods = r.Settings.ClusterNodes, r.Settings.ClusterPods, r.Settings.NodePods
+			}
+		}
+		m.Results, m.Redone, m.KeptLoaded = append(m.Results, r.Results...), m.Redone+r.Redone, m.KeptLoaded+r.KeptLoaded
+	}
+	return &m, nil
 }
 
 type machine struct {
@@ -64,7 +100,7 @@ func newReport(s settings) (*report, error) {
 		m.Kernel = strings.TrimSpace(string(release))
 	}
 	r := &report{Started: time.Now().UTC(), Machine: m, Settings: s, Configurations: configurations(), Binaries: map[string]string{},
-		meter: &loadMeter{fs: fs, shims: map[string]bool{}}}
+		DependencyDifferences: dependencyDifferences(s.Upstream, s.Knext), meter: &loadMeter{fs: fs, shims: map[string]bool{}}}
 	for key, binary := range map[string]string{"knext": s.Knext, "upstream": s.Upstream} {
 		out, err := exec.Command(binary, "--version").Output()
 		r.Binaries[key] = strings.TrimSpace(string(out))
@@ -80,7 +116,6 @@ func newReport(s settings) (*report, error) {
 		}
 		r.meter.shims[shim] = true
 	}
-	r.DependencyDifferences = dependencyDifferences(s.Upstream, s.Knext)
 	return r, nil
 }
 
@@ -124,7 +159,7 @@ func readReport(path string) (*report, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &report{}
+	r := &report{file: filepath.Base(path)}
 	if err := json.Unmarshal(data, r); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

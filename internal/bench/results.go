@@ -22,11 +22,11 @@ const (
 
 func value(v float64, unit string) benchfmt.Value { return benchfmt.Value{Value: v, Unit: unit} }
 
-// benchLine is the benchmark line of name with iterations n and values.
-func benchLine(name string, n int, values ...benchfmt.Value) string {
+// add records a measurement: the benchmark line of name with iterations n and values.
+func (r *round) add(name string, n int, values ...benchfmt.Value) {
 	var b bytes.Buffer
 	_ = benchfmt.NewWriter(&b).Write(&benchfmt.Result{Name: benchfmt.Name(name), Iters: max(n, 1), Values: values}) // to a buffer
-	return strings.TrimSuffix(b.String(), "\n")
+	r.results = append(r.results, strings.TrimSuffix(b.String(), "\n"))
 }
 
 // samples are a report's measurements: the values of each benchmark name, by unit.
@@ -87,16 +87,4 @@ func (s samples) absolute(metric, key, unit string) *benchmath.Summary {
 		}
 	}
 	return summarize(values)
-}
-
-// compare is benchmath's test of whether config's ratios to base in metric differ from those of
-// the pairing aa (Mann-Whitney U), or nil without values.
-func (s samples) compare(metric string, aa, p pairing) *benchmath.Comparison {
-	x, y := s[pairName(metric, aa)][ratioUnit], s[pairName(metric, p)][ratioUnit]
-	if len(x) == 0 || len(y) == 0 {
-		return nil
-	}
-	c := benchmath.AssumeNothing.Compare(benchmath.NewSample(slices.Clone(x), &benchmath.DefaultThresholds),
-		benchmath.NewSample(slices.Clone(y), &benchmath.DefaultThresholds))
-	return &c
 }

@@ -70,7 +70,6 @@ func (in *instance) measureScale(ctx context.Context) (_ map[string]float64, err
 		}
 	}
 	f["ScaleSweep"] = time.Since(start).Seconds()
-
 	// nri-bridge reconnects by itself; a status plugin exits with its connection and is started
 	// again, as a service manager would, and the pods are queried at once, without waiting for it.
 	start = time.Now()

@@ -86,18 +86,15 @@ func judge(ratio, aa *benchmath.Summary, limit float64) string {
 	return unresolved
 }
 
-// overall is a target's verdict from its metrics': missed if any is, met if all are.
+// overall is a target's verdict: missed if any metric's is, theirs if all agree, else unresolved.
 func overall(verdicts []string) string {
-	all := func(verdict string) bool {
-		return !slices.ContainsFunc(verdicts, func(v string) bool { return v != verdict })
-	}
 	switch {
 	case slices.Contains(verdicts, missed):
 		return missed
-	case all(met), all(notMeasured):
-		return verdicts[0]
+	case slices.ContainsFunc(verdicts, func(v string) bool { return v != verdicts[0] }):
+		return unresolved
 	}
-	return unresolved
+	return verdicts[0]
 }
 
 // cell is a ratio's median and 95% interval; ∞ where too few values bound it.
@@ -108,23 +105,30 @@ func cell(s *benchmath.Summary) string {
 	return strings.NewReplacer("+Inf", "∞", "-Inf", "-∞").Replace(fmt.Sprintf("%.2f [%.2f–%.2f]", s.Center, s.Lo, s.Hi))
 }
 
+// pValue is benchmath's test of whether config's ratios to base in metric differ from the A/A
+// pair's (Mann-Whitney U): its p-value and the sizes of the two samples; "–" without values.
+func (s samples) pValue(metric string, p pairing) string {
+	x, y := s[pairName(metric, aaPair)][ratioUnit], s[pairName(metric, p)][ratioUnit]
+	if len(x) == 0 || len(y) == 0 {
+		return "–"
+	}
+	c := benchmath.AssumeNothing.Compare(benchmath.NewSample(slices.Clone(x), &benchmath.DefaultThresholds),
+		benchmath.NewSample(slices.Clone(y), &benchmath.DefaultThresholds))
+	return fmt.Sprintf("%.3f (n=%d+%d)", c.P, c.N1, c.N2)
+}
+
 // targetRows are, for each target, a row per metric: the ratio, the A/A pair's, benchmath's test
 // of whether they differ, and the verdict; and each target's overall verdict.
 func (s samples) targetRows() (rows [][][]string, verdicts []string) {
 	for _, t := range targets {
 		var vs []string
 		var own [][]string
+		name := fmt.Sprintf("%s: (%s) ≤ %.2f × (%s)", t.what, t.p.config, t.limit, t.p.base) // on its first row only
 		for _, m := range t.metrics {
 			ratio, aa := s.ratio(m, t.p), s.ratio(m, aaPair)
-			v, p := judge(ratio, aa, t.limit), "–"
-			if c := s.compare(m, aaPair, t.p); c != nil {
-				p = fmt.Sprintf("%.3f (n=%d+%d)", c.P, c.N1, c.N2)
-			}
-			name := ""
-			if len(vs) == 0 {
-				name = fmt.Sprintf("%s: (%s) ≤ %.2f × (%s)", t.what, t.p.config, t.limit, t.p.base)
-			}
-			vs, own = append(vs, v), append(own, []string{name, m, cell(ratio), cell(aa), p, v})
+			v := judge(ratio, aa, t.limit)
+			vs, own = append(vs, v), append(own, []string{name, m, cell(ratio), cell(aa), s.pValue(m, t.p), v})
+			name = ""
 		}
 		rows, verdicts = append(rows, own), append(verdicts, overall(vs))
 	}
@@ -142,7 +146,7 @@ type column struct {
 
 // pairTable has a row for each pairing with measurements: the configuration's median figure of
 // each column and its ratio to the base's with its interval; and first a row of the first
-// pairing's base.
+// pairing's base, against nothing ("–").
 func (s samples) pairTable(id, title string, pairs []pairing, cols []column) Table {
 	t := Table{ID: id, Title: title, Header: []string{"configuration", "against"}}
 	for _, c := range cols {
@@ -150,35 +154,25 @@ func (s samples) pairTable(id, title string, pairs []pairing, cols []column) Tab
 			t.Header = append(t.Header, "× base [95% CI]")
 		}
 	}
-	row := func(key, base string) {
-		cells, empty := []string{key, base}, true
+	for _, p := range slices.Concat([]pairing{{"–", pairs[0].base}}, pairs) {
+		cells, empty := []string{p.config, p.base}, true
 		for _, c := range cols {
 			cells = append(cells, "–")
-			if abs := s.absolute(c.metric, key, cmp.Or(c.unit, secPerOp)); abs != nil {
+			if abs := s.absolute(c.metric, p.config, cmp.Or(c.unit, secPerOp)); abs != nil {
 				cells[len(cells)-1], empty = fmt.Sprintf(c.format, c.scale*abs.Center), false
 			}
 			if !c.absolute {
-				cells = append(cells, cell(s.ratio(c.metric, pairing{base, key})))
+				cells = append(cells, cell(s.ratio(c.metric, p)))
 			}
 		}
 		if !empty {
 			t.Rows = append(t.Rows, cells)
 		}
 	}
-	for i, p := range pairs {
-		if i == 0 {
-			row(p.base, "–")
-		}
-		row(p.config, p.base)
-	}
 	return t
 }
 
-func (r *report) tables() ([]Table, error) {
-	s, err := parseSamples(r.Results)
-	if err != nil {
-		return nil, err
-	}
+func (s samples) tables(c settings) []Table {
 	targetRows, _ := s.targetRows()
 	// columns are the metrics' medians in ms, headed by their name without the part's prefix.
 	columns := func(prefix, suffix, format string, metrics ...string) (cols []column) {
@@ -196,7 +190,7 @@ func (r *report) tables() ([]Table, error) {
 		seconds("Cluster/update", "update", "%.1f"), seconds("Cluster/fill", "fill", "%.1f"))
 	nodeCols := append(columns("Cluster/", " ms", "%.2f", clusterFigures[6:11]...), column{metric: "Cluster/network-share",
 		header: "% of RunPodSandbox", scale: 100, format: "%.0f", unit: "share"})
-	clusterPairs, c := []pairing{{cfgUpstream, cfgKnext}, aaPair}, r.Settings
+	clusterPairs := []pairing{{cfgUpstream, cfgKnext}, aaPair}
 	return []Table{
 		{ID: "targets", Title: "Targets: the median ratio over every paired measurement, its 95% interval, the A/A pair's, " +
 			"and benchmath's p-value that the two differ", Header: []string{"target", "metric", "ratio [95% CI]", "A/A [95% CI]", "p (vs A/A)", "verdict"},
@@ -212,5 +206,5 @@ func (r *report) tables() ([]Table, error) {
 			clusterPairs, clusterCols),
 		s.pairTable("cluster-node", fmt.Sprintf("The node filled to %d pods: PodSandboxStatus by the kubelet's histogram (its mean) and over "+
 			"CRI (p50, p99); the network's setup per pod and its share of the kubelet's RunPodSandbox", c.NodePods), clusterPairs, nodeCols),
-	}, nil
+	}
 }

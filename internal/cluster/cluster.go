@@ -130,8 +130,9 @@ type NodeState struct {
 // Cluster is a cluster recorded in a state directory.
 type Cluster struct {
 	State
-	logf func(string, ...any)
-	ca   *pki.Authority // while Up creates the cluster
+	logf   func(string, ...any)
+	ca     *pki.Authority // while Up creates the cluster
+	paused bool           // by Pause, until Resume
 }
 
 const stateFile = "cluster.json"
@@ -326,7 +327,7 @@ func Down(dir string, logf func(string, ...any)) error {
 		}
 		return err
 	}
-	var errs []error
+	var errs []error // SIGKILL ends a paused cluster's processes too
 	for _, n := range c.Nodes {
 		errs = append(errs, c.shutdownNode(n))
 		errs = append(errs, stack.RemoveCgroupTree(n.CgroupRoot))
@@ -334,6 +335,8 @@ func Down(dir string, logf func(string, ...any)) error {
 	errs = append(errs, stack.RemoveCgroupTree("/knc-"+c.ID))
 	errs = append(errs, c.killControlPlane())
 	errs = append(errs, deleteNetns(c.ControlPlane.Netns))
+	// The veth goes with its namespace only once nothing in the kernel holds that any more.
+	errs = append(errs, stack.DeleteLink(c.ControlPlane.HostVeth))
 	errs = append(errs, stack.DeleteLink(c.Bridge))
 	unmountErr := stack.UnmountUnder(c.Dir)
 	errs = append(errs, unmountErr)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/pelletier/go-toml/v2"
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -377,6 +378,34 @@ func (n *NodeState) CRI() (criruntime.RuntimeServiceClient, criruntime.ImageServ
 		return nil, nil, nil, err
 	}
 	return criruntime.NewRuntimeServiceClient(conn), criruntime.NewImageServiceClient(conn), conn.Close, nil
+}
+
+// RemoveStoppedSandboxes removes the node's stopped sandboxes of the pods of namespace, 8 at a
+// time, until none is left (the kubelet may be removing some at the same time): what the kubelet
+// would otherwise collect within a minute.
+func (n *NodeState) RemoveStoppedSandboxes(ctx context.Context, namespace string) error {
+	rt, _, closeConn, err := n.CRI()
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	return stack.Poll(ctx, 5*time.Minute, time.Second, func() error {
+		resp, err := rt.ListPodSandbox(ctx, &criruntime.ListPodSandboxRequest{Filter: &criruntime.PodSandboxFilter{
+			State:         &criruntime.PodSandboxStateValue{State: criruntime.PodSandboxState_SANDBOX_NOTREADY},
+			LabelSelector: map[string]string{"io.kubernetes.pod.namespace": namespace}}})
+		if err != nil || len(resp.GetItems()) == 0 {
+			return err
+		}
+		var g errgroup.Group
+		g.SetLimit(8)
+		for _, sandbox := range resp.GetItems() {
+			g.Go(func() error { // what fails is listed again, its error returned meanwhile
+				_, err := rt.RemovePodSandbox(ctx, &criruntime.RemovePodSandboxRequest{PodSandboxId: sandbox.GetId()})
+				return err
+			})
+		}
+		return errors.Join(fmt.Errorf("%s: %d stopped sandboxes of namespace %s to remove", n.Name, len(resp.GetItems()), namespace), g.Wait())
+	})
 }
 
 // waitContainerd waits until the node's containerd answers CRI with RuntimeReady (the network

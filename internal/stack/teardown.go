@@ -258,16 +258,16 @@ func KillCgroupTree(parent string) error {
 			}
 		}
 	}
-	pids, err := cgroupProcesses(parent)
+	pids, err := CgroupProcesses(parent)
 	if err != nil {
 		return err
 	}
 	return killAndWait(pids, "processes in cgroup "+parent)
 }
 
-// cgroupProcesses lists the processes in parent's cgroups and their descendants, in every
+// CgroupProcesses lists the processes in parent's cgroups and their descendants, in every
 // hierarchy, each once.
-func cgroupProcesses(parent string) ([]int, error) {
+func CgroupProcesses(parent string) ([]int, error) {
 	dirs, err := cgroupDirs(parent)
 	if err != nil {
 		return nil, err
@@ -294,7 +294,7 @@ func cgroupProcesses(parent string) ([]int, error) {
 // PodProcesses returns the PIDs of the processes in the cgroup parent of the instance's pods
 // (pause and container processes, dead ones that are not yet reaped included).
 func (h *Stack) PodProcesses() ([]int, error) {
-	return cgroupProcesses(h.CgroupParent)
+	return CgroupProcesses(h.CgroupParent)
 }
 
 // Shims returns the ID (-id) each running shim of the instance was started for: a pod
