@@ -143,8 +143,8 @@ func newBenchCluster(ctx context.Context, runtime string, nodes, pods int) (*ben
 }
 
 // measure measures configuration key: it rolls a new template of web out, fills one node, then
-// removes the fill and every stopped pod of the bench (untimed), so that nothing of this
-// measurement runs while the next one is measured.
+// removes the fill and waits until every deleted pod of the bench is stopped and removed on its
+// node (untimed), so that nothing of this measurement runs while the next one is measured.
 func (bc *benchCluster) measure(ctx context.Context, r *round, key string, s settings) (map[string]float64, error) {
 	f := map[string]float64{}
 	before, err := bc.histograms(ctx, bc.c.Nodes...)
@@ -267,9 +267,10 @@ func (bc *benchCluster) fill(ctx context.Context, nodePods int, f map[string]flo
 	return err
 }
 
-// clear deletes the Deployment fill, waits until its pods are gone, and removes the stopped
-// sandboxes of the bench's pods on every node, which the kubelet would otherwise collect within a
-// minute, in the cluster's next measurement.
+// clear deletes the Deployment fill, waits until its pods are gone from the API and the kubelets
+// have stopped the sandboxes of every deleted pod of the bench, and removes the stopped ones:
+// otherwise a kubelet would still be stopping and collecting them, paused in between, in the
+// cluster's next measurement.
 func (bc *benchCluster) clear(ctx context.Context) error {
 	if err := bc.client.AppsV1().Deployments(clusterNamespace).Delete(ctx, "fill", metav1.DeleteOptions{}); err != nil {
 		return err
@@ -285,7 +286,7 @@ func (bc *benchCluster) clear(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		err = node.RemoveStoppedSandboxes(ctx, clusterNamespace)
+		err = node.RemoveGoneSandboxes(ctx, bc.client, clusterNamespace)
 	}
 	return err
 }

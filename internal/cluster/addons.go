@@ -183,7 +183,9 @@ func (c *Cluster) ApplyNRIBridge(ctx context.Context) error {
 	return nil
 }
 
-// nodesReady checks that want nodes are registered and Ready.
+// nodesReady checks that want nodes are registered, Ready, and without the taint of a node not
+// ready or unreachable: the controller-manager removes it only once it has seen the node Ready,
+// and until then the scheduler keeps new pods off the node.
 func nodesReady(ctx context.Context, client kubernetes.Interface, want int) error {
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -199,6 +201,11 @@ func nodesReady(ctx context.Context, client kubernetes.Interface, want int) erro
 				msg = cond.Reason + ": " + cond.Message
 			}
 			return fmt.Errorf("node %s is not Ready: %s", node.Name, msg)
+		}
+		for _, t := range node.Spec.Taints {
+			if t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable {
+				return fmt.Errorf("node %s is Ready but still tainted %s", node.Name, t.Key)
+			}
 		}
 	}
 	return nil

@@ -351,7 +351,7 @@ func Down(dir string, logf func(string, ...any)) error {
 	return unregister(c.ID)
 }
 
-// WaitReady waits until every node is Ready and CoreDNS's pods are.
+// WaitReady waits until every node is Ready and untainted, and CoreDNS's pods are Ready.
 func (c *Cluster) WaitReady(ctx context.Context) error {
 	client, err := c.Client()
 	if err != nil {

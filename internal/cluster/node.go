@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"sigs.k8s.io/yaml"
 
@@ -380,31 +381,53 @@ func (n *NodeState) CRI() (criruntime.RuntimeServiceClient, criruntime.ImageServ
 	return criruntime.NewRuntimeServiceClient(conn), criruntime.NewImageServiceClient(conn), conn.Close, nil
 }
 
-// RemoveStoppedSandboxes removes the node's stopped sandboxes of the pods of namespace, 8 at a
-// time, until none is left (the kubelet may be removing some at the same time): what the kubelet
-// would otherwise collect within a minute.
-func (n *NodeState) RemoveStoppedSandboxes(ctx context.Context, namespace string) error {
+// RemoveGoneSandboxes waits until the kubelet has stopped the sandbox of every pod of namespace
+// that the API no longer holds, and removes the node's stopped sandboxes of namespace, 8 at a
+// time, until none is left: what deleted pods leave behind on the node, and what the kubelet
+// would otherwise stop and collect later. A pod deleted without a grace period leaves the API at
+// once, long before the kubelet has stopped it. Only the kubelet's sandboxes count (those with a
+// pod UID); a static pod's would never match its mirror pod's UID.
+func (n *NodeState) RemoveGoneSandboxes(ctx context.Context, client kubernetes.Interface, namespace string) error {
 	rt, _, closeConn, err := n.CRI()
 	if err != nil {
 		return err
 	}
 	defer closeConn()
 	return stack.Poll(ctx, 5*time.Minute, time.Second, func() error {
-		resp, err := rt.ListPodSandbox(ctx, &criruntime.ListPodSandboxRequest{Filter: &criruntime.PodSandboxFilter{
-			State:         &criruntime.PodSandboxStateValue{State: criruntime.PodSandboxState_SANDBOX_NOTREADY},
-			LabelSelector: map[string]string{"io.kubernetes.pod.namespace": namespace}}})
-		if err != nil || len(resp.GetItems()) == 0 {
+		pods, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name})
+		if err != nil {
 			return err
 		}
+		inAPI := map[string]bool{}
+		for _, pod := range pods.Items {
+			inAPI[string(pod.UID)] = true
+		}
+		resp, err := rt.ListPodSandbox(ctx, &criruntime.ListPodSandboxRequest{Filter: &criruntime.PodSandboxFilter{
+			LabelSelector: map[string]string{"io.kubernetes.pod.namespace": namespace}}})
+		if err != nil {
+			return err
+		}
+		stopped := 0
+		var stopping []string // the deleted pods whose sandbox is not stopped yet
 		var g errgroup.Group
 		g.SetLimit(8)
 		for _, sandbox := range resp.GetItems() {
-			g.Go(func() error { // what fails is listed again, its error returned meanwhile
-				_, err := rt.RemovePodSandbox(ctx, &criruntime.RemovePodSandboxRequest{PodSandboxId: sandbox.GetId()})
-				return err
-			})
+			switch {
+			case sandbox.GetState() == criruntime.PodSandboxState_SANDBOX_NOTREADY:
+				stopped++
+				g.Go(func() error { // what fails is listed again, its error returned meanwhile
+					_, err := rt.RemovePodSandbox(ctx, &criruntime.RemovePodSandboxRequest{PodSandboxId: sandbox.GetId()})
+					return err
+				})
+			case sandbox.GetMetadata().GetUid() != "" && !inAPI[sandbox.GetMetadata().GetUid()]:
+				stopping = append(stopping, sandbox.GetMetadata().GetName())
+			}
 		}
-		return errors.Join(fmt.Errorf("%s: %d stopped sandboxes of namespace %s to remove", n.Name, len(resp.GetItems()), namespace), g.Wait())
+		if err := g.Wait(); err != nil || stopped > 0 || len(stopping) > 0 {
+			return errors.Join(fmt.Errorf("%s: namespace %s: the sandboxes of %d deleted pods not stopped yet by the kubelet %v, %d stopped ones to remove",
+				n.Name, namespace, len(stopping), stopping, stopped), err)
+		}
+		return nil
 	})
 }
 

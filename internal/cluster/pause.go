@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/knext-dev/knext/internal/stack"
 )
@@ -35,7 +34,7 @@ func (c *Cluster) Pause() error {
 		return err
 	}
 	// Listed again until no new one appears: a daemon stopped late may have started a child.
-	var stopped []int
+	stopped := judges
 	for range 5 {
 		pids, err := c.Processes()
 		if err != nil {
@@ -98,32 +97,13 @@ func (c *Cluster) Resume(ctx context.Context) error {
 		case <-ctx.Done():
 			err = ctx.Err()
 		case <-time.After(nodeMonitorPeriod + time.Second):
-			err = poll(ctx, 2*time.Minute, func() error { return nodesReadyUntainted(ctx, client, len(c.Nodes)) })
+			err = poll(ctx, 2*time.Minute, func() error { return nodesReady(ctx, client, len(c.Nodes)) })
 		}
 	}
 	if err != nil {
 		return fmt.Errorf("cluster %s: resume: %w", c.ID, err)
 	}
 	c.logf("cluster %s: resumed, its nodes Ready after %s", c.ID, time.Since(resumed).Round(time.Second))
-	return nil
-}
-
-// nodesReadyUntainted is nodesReady, and no node tainted not-ready or unreachable.
-func nodesReadyUntainted(ctx context.Context, client kubernetes.Interface, want int) error {
-	if err := nodesReady(ctx, client, want); err != nil {
-		return err
-	}
-	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	for _, n := range nodes.Items {
-		for _, t := range n.Spec.Taints {
-			if t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable {
-				return fmt.Errorf("node %s is tainted %s", n.Name, t.Key)
-			}
-		}
-	}
 	return nil
 }
 
