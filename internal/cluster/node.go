@@ -407,28 +407,36 @@ func (n *NodeState) RemoveGoneSandboxes(ctx context.Context, client kubernetes.I
 		if err != nil {
 			return err
 		}
-		stopped := 0
-		var stopping []string // the deleted pods whose sandbox is not stopped yet
+		stopped, stopping := goneSandboxes(resp.GetItems(), inAPI)
 		var g errgroup.Group
 		g.SetLimit(8)
-		for _, sandbox := range resp.GetItems() {
-			switch {
-			case sandbox.GetState() == criruntime.PodSandboxState_SANDBOX_NOTREADY:
-				stopped++
-				g.Go(func() error { // what fails is listed again, its error returned meanwhile
-					_, err := rt.RemovePodSandbox(ctx, &criruntime.RemovePodSandboxRequest{PodSandboxId: sandbox.GetId()})
-					return err
-				})
-			case sandbox.GetMetadata().GetUid() != "" && !inAPI[sandbox.GetMetadata().GetUid()]:
-				stopping = append(stopping, sandbox.GetMetadata().GetName())
-			}
+		for _, id := range stopped {
+			g.Go(func() error { // what fails is listed again, its error returned meanwhile
+				_, err := rt.RemovePodSandbox(ctx, &criruntime.RemovePodSandboxRequest{PodSandboxId: id})
+				return err
+			})
 		}
-		if err := g.Wait(); err != nil || stopped > 0 || len(stopping) > 0 {
+		if err := g.Wait(); err != nil || len(stopped) > 0 || len(stopping) > 0 {
 			return errors.Join(fmt.Errorf("%s: namespace %s: the sandboxes of %d deleted pods not stopped yet by the kubelet %v, %d stopped ones to remove",
-				n.Name, namespace, len(stopping), stopping, stopped), err)
+				n.Name, namespace, len(stopping), stopping, len(stopped)), err)
 		}
 		return nil
 	})
+}
+
+// goneSandboxes sorts a node's sandboxes: the IDs of the stopped ones, to remove, and the names of
+// the ready ones whose pod the API no longer holds (inAPI, by pod UID), still to be stopped by the
+// kubelet. A sandbox without a pod UID is not the kubelet's: it is neither.
+func goneSandboxes(sandboxes []*criruntime.PodSandbox, inAPI map[string]bool) (stopped, stopping []string) {
+	for _, sandbox := range sandboxes {
+		switch uid := sandbox.GetMetadata().GetUid(); {
+		case sandbox.GetState() == criruntime.PodSandboxState_SANDBOX_NOTREADY:
+			stopped = append(stopped, sandbox.GetId())
+		case uid != "" && !inAPI[uid]:
+			stopping = append(stopping, sandbox.GetMetadata().GetName())
+		}
+	}
+	return stopped, stopping
 }
 
 // waitContainerd waits until the node's containerd answers CRI with RuntimeReady (the network
