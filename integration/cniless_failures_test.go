@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	criruntime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -198,4 +199,80 @@ func TestCNIDisabledUnderRunningCNIPod(t *testing.T) {
 	if _, err := h.Runtime.RemovePodSandbox(ctx, &criruntime.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
 		t.Fatalf("remove CNI's pod %s with CNI disabled: %v", id, err)
 	}
+}
+
+// The network plugin sets a pod up on a budget of its own (network_setup_timeout), as a CNI ADD
+// has no request timeout: its RunPodSandbox may take longer than plugin_request_timeout, while
+// another plugin that slow fails the pod's start after plugin_request_timeout, and the network
+// plugin fails it past its own budget. Both failures leave nothing behind.
+func TestNetworkSetupTimeout(t *testing.T) {
+	t.Parallel()
+	const request, setup = 500 * time.Millisecond, 6 * time.Second
+	n := startCNILessNodeWith(t, stack.Options{
+		NRIRequestTimeout: request,
+		ExtraConfig: stack.CNILessConfig("net") +
+			fmt.Sprintf("[plugins.'io.containerd.nri.v1.nri']\nnetwork_setup_timeout = '%s'\n", setup),
+	}, func(*stack.Stack) []string { return nil })
+	network := startTestPluginWithPolicy(t, n.ctx, n.h, "10", "net", "both")
+	other := startTestPluginWithPolicy(t, n.ctx, n.h, "20", "other", "both")
+	// run starts pod name, whose RunPodSandbox plugin holds for hold once it has it, or until the
+	// call returns if hold is 0. It returns the call's answer, the sandbox ID the plugin saw, how
+	// long the call took and its error.
+	run := func(plugin *testPlugin, name string, hold time.Duration) (*criruntime.RunPodSandboxResponse, string, time.Duration, error) {
+		t.Helper()
+		file := filepath.Join(plugin.dir, "hold-run."+name)
+		if err := os.WriteFile(file, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			resp *criruntime.RunPodSandboxResponse
+			took time.Duration
+			err  error
+		}
+		done := make(chan result, 1)
+		go func() {
+			start := time.Now()
+			resp, err := n.h.Runtime.RunPodSandbox(n.ctx, &criruntime.RunPodSandboxRequest{
+				Config: annotatedPodConfig(n.h, name, map[string]string{annotationIP: "192.0.2.91"})})
+			done <- result{resp, time.Since(start), err}
+		}()
+		id := plugin.waitRunPodSandbox(t, name)
+		if hold > 0 {
+			time.Sleep(hold)
+			if err := os.Remove(file); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r := <-done
+		if err := os.Remove(file); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		return r.resp, id, r.took, r.err
+	}
+
+	resp, _, took, err := run(network, "slow-net", 4*request)
+	if err != nil {
+		t.Fatalf("RunPodSandbox whose network setup took %s (plugin_request_timeout %s, network_setup_timeout %s): %v", took, request, setup, err)
+	}
+	wantPodReady(t, n.ctx, n.h, resp.GetPodSandboxId())
+
+	_, id, took, err := run(other, "slow-other", 0)
+	if err == nil {
+		t.Fatalf("RunPodSandbox succeeded although NRI plugin %s, not the network plugin, never answered", other.nriName())
+	}
+	wantErrorNaming(t, err, "plugin "+other.nriName()+" failed to handle RunPodSandbox request", "deadline exceeded")
+	if took >= setup {
+		t.Errorf("RunPodSandbox failed after %s, beyond network_setup_timeout %s: NRI plugin %s had the network plugin's budget", took, setup, other.nriName())
+	}
+	wantNothingLeftBehind(t, n.ctx, n.h, id, 1)
+
+	_, id, took, err = run(network, "stuck-net", 0)
+	if err == nil {
+		t.Fatal("RunPodSandbox succeeded while the network plugin never answered")
+	}
+	wantErrorNaming(t, err, "plugin "+network.nriName()+" failed to handle RunPodSandbox request", "deadline exceeded")
+	if took < setup || took > setup+30*time.Second {
+		t.Errorf("RunPodSandbox failed after %s, want network_setup_timeout %s and not much more: %v", took, setup, err)
+	}
+	wantNothingLeftBehind(t, n.ctx, n.h, id, 1)
 }
