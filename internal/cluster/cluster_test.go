@@ -3,6 +3,9 @@ package cluster
 import (
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -103,5 +106,54 @@ func TestContainerdConfig(t *testing.T) {
 	}
 	if !strings.Contains(cniTemplate, `"ipMasq": false`) || !strings.Contains(cniTemplate, `"hairpinMode": true`) {
 		t.Error("the baseline's CNI network must not masquerade and must hairpin")
+	}
+}
+
+func TestEndpointSliceSyncs(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "kube-controller-manager.log")
+	const (
+		finished = `endpointslice_controller.go:371] "Finished syncing service endpoint slices" logger="endpointslice-controller" `
+		retrying = `endpointslice_controller.go:358] "Error syncing endpoint slices for service, retrying" logger="endpointslice-controller" `
+	)
+	lines := []string{
+		// Ended before from: left out, and so is its retry.
+		`I1205 09:11:35.000000    6039 ` + finished + `key="bench/web" elapsedTime="2ms"`,
+		`I1205 09:11:35.000100    6039 ` + retrying + `key="bench/web" err="EndpointSlice informer cache is out of date"`,
+		// A sync that failed, another Service's in between, one that succeeded.
+		`I1205 09:11:36.163343    6039 ` + finished + `key="bench/web" elapsedTime="1.5µs"`,
+		`I1205 09:11:36.163400    6039 ` + finished + `key="bench/web2" elapsedTime="1ms"`,
+		`I1205 09:11:36.163500    6039 ` + retrying + `key="bench/web" err="EndpointSlice informer cache is out of date"`,
+		`I1205 09:11:36.200000    6039 ` + retrying + `key="bench/web2" err="conflict"`,
+		`I1205 09:11:37.156615    6039 ` + finished + `key="bench/web" elapsedTime="12.000001ms"`,
+		`I1205 09:11:38.000000    6039 endpointslice_controller.go:491] "Finished syncing pod" PodProjectionKey={"Namespace":"bench","Name":"web-1"} elapsedTime="1ms"`,
+	}
+	if err := os.WriteFile(log, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{State: State{ControlPlane: ControlPlaneState{Processes: map[string]*Process{"kube-controller-manager": {Log: log}}}}}
+	at := func(sec, nsec int) time.Time { return time.Date(2026, 12, 5, 9, 11, sec, nsec, time.Local) }
+	want := []EndpointSliceSync{
+		{Start: at(36, 163341500), End: at(36, 163343000), Failed: true},
+		{Start: at(37, 144614999), End: at(37, 156615000)},
+	}
+	got, err := c.EndpointSliceSyncs("bench", "web", at(36, 0))
+	if err != nil || !slices.EqualFunc(got, want, func(a, b EndpointSliceSync) bool {
+		return a.Start.Equal(b.Start) && a.End.Equal(b.End) && a.Failed == b.Failed
+	}) {
+		t.Errorf("syncs %v (%v), want %v", got, err, want)
+	}
+	// klog's time has no year: a sync logged on 1 January after a start on 31 December is the next year's.
+	if err := os.WriteFile(log, []byte(`I0101 00:00:01.000000    6039 `+finished+`key="bench/web" elapsedTime="1s"`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	newYear := time.Date(2027, 1, 1, 0, 0, 0, 0, time.Local)
+	if got, err := c.EndpointSliceSyncs("bench", "web", newYear.Add(-time.Hour)); len(got) != 1 || !got[0].Start.Equal(newYear) || err != nil {
+		t.Errorf("syncs around the new year: %v (%v), want one starting at %v", got, err, newYear)
+	}
+	if err := os.Remove(log); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.EndpointSliceSyncs("bench", "web", at(36, 0)); err == nil {
+		t.Error("no error without a log")
 	}
 }

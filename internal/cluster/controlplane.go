@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -183,7 +184,8 @@ func (c *Cluster) controlPlaneProcesses() []*Process {
 			"--root-ca-file="+filepath.Join(pkiDir, "ca.crt"),
 			"--cluster-signing-cert-file="+filepath.Join(pkiDir, "ca.crt"),
 			"--cluster-signing-key-file="+filepath.Join(pkiDir, "ca.key"),
-			"--configure-cloud-routes=false", "--profiling=false", "--v=1"),
+			"--configure-cloud-routes=false", "--profiling=false", "--v=1",
+			"--vmodule=endpointslice_controller=4"), // each sync of a Service's EndpointSlices (EndpointSliceSyncs)
 		process("kube-scheduler", filepath.Join(k8s, "kube-scheduler"),
 			"--kubeconfig="+filepath.Join(cp, "scheduler.kubeconfig"),
 			"--authentication-kubeconfig="+filepath.Join(cp, "scheduler.kubeconfig"),
@@ -261,6 +263,40 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 		return err
 	}
 	return c.waitAPIServer(ctx)
+}
+
+// EndpointSliceSync is one sync of a Service's EndpointSlices by the controller-manager.
+type EndpointSliceSync struct {
+	Start, End time.Time
+	// Failed: the sync failed or found its cache older than its own last write, and is retried
+	// after a backoff of a second or more, unless a change of the Service's pods queues it first.
+	Failed bool
+}
+
+// EndpointSliceSyncs returns the controller-manager's syncs of the EndpointSlices of Service
+// namespace/name that ended after from, in order, by its log: it logs each sync of that
+// controller (at verbosity 4, set for its file alone) and then, if it failed, its retry.
+func (c *Cluster) EndpointSliceSyncs(namespace, name string, from time.Time) ([]EndpointSliceSync, error) {
+	log, err := os.ReadFile(c.ControlPlane.Processes["kube-controller-manager"].Log)
+	line := regexp.MustCompile(`(?m)^[IWE](\d{4} [\d:.]{15}) .*"(Finished syncing service endpoint slices|Error syncing endpoint ` +
+		`slices for service, retrying)".* key="` + regexp.QuoteMeta(namespace+"/"+name) + `"(?: elapsedTime="([^"]+)")?`)
+	var syncs []EndpointSliceSync
+	for _, m := range line.FindAllSubmatch(log, -1) {
+		// klog's header has the local time without the year: from's, or the next one's in January.
+		end, parseErr := time.ParseInLocation("0102 15:04:05.000000", string(m[1]), time.Local)
+		if end = end.AddDate(from.Year(), 0, 0); end.Before(from.AddDate(0, -6, 0)) {
+			end = end.AddDate(1, 0, 0)
+		}
+		took, durationErr := time.ParseDuration(string(m[3]))
+		switch {
+		case parseErr != nil || !end.After(from):
+		case len(m[3]) > 0 && durationErr == nil:
+			syncs = append(syncs, EndpointSliceSync{Start: end.Add(-took), End: end})
+		case len(m[3]) == 0 && len(syncs) > 0: // the retry of the sync logged before it
+			syncs[len(syncs)-1].Failed = true
+		}
+	}
+	return syncs, err
 }
 
 // killControlPlane kills the control plane's processes, last started first: the cluster goes, and
