@@ -37,6 +37,10 @@ var clusterFigures = []string{"Cluster/ready-p50", "Cluster/ready-p99", "Cluster
 	"Cluster/update", "Cluster/fill", "Cluster/kubelet-status-mean", "Cluster/status-p50",
 	"Cluster/status-p99", "Cluster/network-setup", "Cluster/run-pod-sandbox", "Cluster/network-share"}
 
+// endpointFigures take each pod's wait for its endpoints apart at the start of the controller-manager's
+// sync that published it: the p50 of the waits until then, and from then until the IPs are seen.
+var endpointFigures = []string{"Cluster/endpoints-queued-p50", "Cluster/endpoints-synced-p50"}
+
 // The runtime of each configuration's cluster: knext CNI-less with nri-bridge, upstream with CNI.
 // Upstream's cluster is measured twice a round, as upstream and as upstream-again: the A/A pair.
 var clusterRuntimes = map[string]string{cfgKnext: cluster.RuntimeKnext, cfgUpstream: cluster.RuntimeUpstream,
@@ -195,8 +199,8 @@ func (bc *benchCluster) deployment(name string, pods int, node string) *appsv1.D
 }
 
 // rollout rolls a new template of web out: from then until each of its pods is Ready with its
-// IPs, and until its IPs are in the Service's EndpointSlices; and until the rolling update is
-// complete, the old pods gone.
+// IPs, and until its IPs are in the Service's EndpointSlices (and endpointFigures); and until the
+// rolling update is complete, the old pods gone.
 func (bc *benchCluster) rollout(ctx context.Context, pods int, f map[string]float64) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -205,14 +209,32 @@ func (bc *benchCluster) rollout(ctx context.Context, pods int, f map[string]floa
 	if _, err := bc.client.AppsV1().Deployments(clusterNamespace).Patch(ctx, "web", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		return err
 	}
-	starts, endpoints, err := w.wait(ctx, pods)
+	spans, err := w.wait(ctx, pods)
 	if err == nil {
 		err = bc.waitDeployment(ctx, "web")
 	}
 	f["Cluster/update"] = time.Since(w.start).Seconds()
+	syncs, syncsErr := bc.c.EndpointSliceSyncs(clusterNamespace, "web", w.start)
+	var starts, endpoints, queued, synced []float64
+	for _, s := range spans {
+		starts, endpoints = append(starts, s[0].Sub(w.start).Seconds()), append(endpoints, s[1].Sub(s[0]).Seconds())
+		by := -1 // the sync that published the IPs: it writes last thing, so it ends nearest to when they are seen
+		for i, y := range syncs {
+			if !y.Failed && y.Start.Before(s[1]) && (by < 0 || y.End.Sub(s[1]).Abs() < syncs[by].End.Sub(s[1]).Abs()) {
+				by = i
+			}
+		}
+		if by >= 0 {
+			queued, synced = append(queued, max(0, syncs[by].Start.Sub(s[0]).Seconds())), append(synced, s[1].Sub(syncs[by].Start).Seconds())
+		}
+	}
+	if len(synced) == 0 && err == nil {
+		syncsErr = errors.Join(syncsErr, errors.New("no sync of web's EndpointSlices in the controller-manager's log"))
+	}
 	f["Cluster/ready-p50"], f["Cluster/ready-p99"] = quantile(starts, 0.5), quantile(starts, 0.99)
 	f["Cluster/endpoints-p50"], f["Cluster/endpoints-p99"] = quantile(endpoints, 0.5), quantile(endpoints, 0.99)
-	return err
+	f[endpointFigures[0]], f[endpointFigures[1]] = quantile(queued, 0.5), quantile(synced, 0.5)
+	return errors.Join(err, syncsErr)
 }
 
 // waitDeployment waits until the Deployment's rollout is complete.
@@ -318,14 +340,14 @@ type rolloutWatch struct {
 	rollout string // the value of the label rollout of the pods watched
 	start   time.Time
 	mu      sync.Mutex
-	ready   map[string]time.Time // pod name →
-	ips     map[string][]string  // pod name → its IPs
-	inSlice map[string]time.Time // IP →
+	ready   map[string]time.Time      // pod name →
+	ips     map[string][]corev1.PodIP // pod name → its IPs
+	inSlice map[string]time.Time      // IP →
 }
 
 // watch starts watching the pods of rollout until ctx ends; the rollout starts when it returns.
 func (bc *benchCluster) watch(ctx context.Context, rollout string) *rolloutWatch {
-	w := &rolloutWatch{rollout: rollout, ready: map[string]time.Time{}, ips: map[string][]string{}, inSlice: map[string]time.Time{}}
+	w := &rolloutWatch{rollout: rollout, ready: map[string]time.Time{}, ips: map[string][]corev1.PodIP{}, inSlice: map[string]time.Time{}}
 	record := func(obj any) {
 		now := time.Now()
 		w.mu.Lock()
@@ -333,10 +355,7 @@ func (bc *benchCluster) watch(ctx context.Context, rollout string) *rolloutWatch
 		switch obj := obj.(type) {
 		case *corev1.Pod:
 			if _, seen := w.ready[obj.Name]; !seen && obj.Labels["rollout"] == w.rollout && len(obj.Status.PodIPs) > 0 && cluster.PodReady(obj) {
-				w.ready[obj.Name] = now
-				for _, ip := range obj.Status.PodIPs {
-					w.ips[obj.Name] = append(w.ips[obj.Name], ip.IP)
-				}
+				w.ready[obj.Name], w.ips[obj.Name] = now, obj.Status.PodIPs
 			}
 		case *discoveryv1.EndpointSlice:
 			for _, ep := range obj.Endpoints {
@@ -360,29 +379,29 @@ func (bc *benchCluster) watch(ctx context.Context, rollout string) *rolloutWatch
 }
 
 // wait waits until that many pods are Ready and every IP of theirs is in an EndpointSlice, and
-// returns each pod's start and endpoint propagation (Ready until its last IP is in an
-// EndpointSlice) in seconds: the informers' times, not the polls'.
-func (w *rolloutWatch) wait(ctx context.Context, pods int) (starts, endpoints []float64, err error) {
+// returns when each pod was Ready and when its last IP was in an EndpointSlice: the informers'
+// times, not the polls'.
+func (w *rolloutWatch) wait(ctx context.Context, pods int) (spans [][2]time.Time, err error) {
 	err = stack.Poll(ctx, 10*time.Minute, 100*time.Millisecond, func() error {
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		starts, endpoints = nil, nil
+		spans = nil
 		missing := 0
 		for name, ready := range w.ready {
 			last := ready
 			for _, ip := range w.ips[name] {
-				if t, seen := w.inSlice[ip]; !seen {
+				if t, seen := w.inSlice[ip.IP]; !seen {
 					missing++
 				} else if t.After(last) {
 					last = t
 				}
 			}
-			starts, endpoints = append(starts, ready.Sub(w.start).Seconds()), append(endpoints, last.Sub(ready).Seconds())
+			spans = append(spans, [2]time.Time{ready, last})
 		}
 		if len(w.ready) < pods || missing > 0 {
 			return fmt.Errorf("%d of %d pods Ready, %d of their IPs not in the EndpointSlices", len(w.ready), pods, missing)
 		}
 		return nil
 	})
-	return starts, endpoints, err
+	return spans, err
 }

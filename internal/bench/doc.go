@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -27,35 +28,25 @@ func docMain(args []string) error {
 		reports = append(reports, r)
 	}
 	regions, plots, err := render(reports, "performance")
+	if err != nil {
+		return err
+	}
 	for _, r := range reports {
-		if err == nil {
-			err = r.write(filepath.Join("docs", "performance", r.file))
-		}
+		err = errors.Join(err, r.write(filepath.Join("docs", "performance", r.file)))
+	}
+	for name, svg := range plots {
+		err = errors.Join(err, os.WriteFile(filepath.Join("docs", "performance", name), svg, 0o644))
 	}
 	if err != nil {
 		return err
 	}
-	for name, svg := range plots {
-		if err := os.WriteFile(filepath.Join("docs", "performance", name), svg, 0o644); err != nil {
-			return err
-		}
-	}
 	return docregion.FillFile(filepath.Join("docs", "performance.md"), "bench", regions)
 }
 
-// pageRegions are the regions of docs/performance.md that render fills.
-var pageRegions = []string{"run", "summary", "targets", "status", "lifecycle", "scale", "cluster", "cluster-node"}
-
-// render returns the page's regions and plots (by file name) for reports, whose directory is at
-// dir from the page; without a report, every region says so.
+// render returns the page's regions and plots (by file name) for reports (at least one), whose
+// directory is at dir from the page.
 func render(reports []*report, dir string) (map[string]string, map[string][]byte, error) {
 	regions := map[string]string{}
-	if len(reports) == 0 {
-		for _, id := range pageRegions {
-			regions[id] = "No report yet: run `make bench` and `make bench-cluster`, then `make bench-doc`."
-		}
-		return regions, nil, nil
-	}
 	var runs []string
 	for _, r := range reports {
 		runs = append(runs, r.runMarkdown(dir))

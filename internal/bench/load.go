@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log"
@@ -236,12 +237,7 @@ func (r *report) measureRound(part string, n int, measure func(*round) error) er
 		if err := measure(rd); err != nil {
 			return fmt.Errorf("%s, round %d: %w", part, n, err)
 		}
-		worst := Phase{}
-		for _, p := range rd.phases {
-			if p.Load > worst.Load {
-				worst = p
-			}
-		}
+		worst := slices.MaxFunc(append(rd.phases, Phase{}), func(a, b Phase) int { return cmp.Compare(a.Load, b.Load) }) // Phase{}: none
 		loaded := worst.Load > r.Settings.MaxLoad
 		if loaded && attempt < r.Settings.MaxRedos {
 			log.Printf("bench: %s, round %d: other processes used %.0f%% of the CPUs during %s: measuring the round again",

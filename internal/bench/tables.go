@@ -204,6 +204,9 @@ func (s samples) tables(c settings) []Table {
 		s.pairTable("cluster", fmt.Sprintf("A Deployment of %d pods on %d-node clusters: a new template rolled out (per pod, p50 "+
 			"and p99; the update until complete), and the fill of one node to %d pods", c.ClusterPods, c.ClusterNodes, c.NodePods),
 			clusterPairs, clusterCols),
+		s.pairTable("cluster-endpoints", "The rollout's pods from Ready to their endpoints (p50, as above), taken apart at the start of "+
+			"the controller-manager's sync of the EndpointSlices that published them: the p50 of the waits until it started, and "+
+			"from then until the IPs were seen", clusterPairs, columns("Cluster/", " ms", "%.0f", clusterFigures[2], endpointFigures[0], endpointFigures[1])),
 		s.pairTable("cluster-node", fmt.Sprintf("The node filled to %d pods: PodSandboxStatus by the kubelet's histogram (its mean) and over "+
 			"CRI (p50, p99); the network's setup per pod and its share of the kubelet's RunPodSandbox", c.NodePods), clusterPairs, nodeCols),
 	}
