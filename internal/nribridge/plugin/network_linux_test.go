@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -399,6 +400,107 @@ func TestNetnsSetupFailureLeaksNothing(t *testing.T) {
 	if podIPsOK(t, p, missing) != "" {
 		t.Error("pod with missing netns kept its allocation")
 	}
+}
+
+// TestNetnsGatewayKeepsItsMAC: the bridge's MAC address, the gateway's, stays what it was when
+// nri-bridge first set the bridge up while ports with lower addresses come and go, whether
+// nri-bridge created the bridge or found it (left by an earlier version, with a port or emptied
+// of them): a pod that resolved the gateways before another pod went keeps reaching them.
+func TestNetnsGatewayKeepsItsMAC(t *testing.T) {
+	requireRoot(t)
+	for _, tc := range []struct {
+		name     string
+		portMAC  net.HardwareAddr // a port's address on the bridge before nri-bridge sets it up, and so the bridge's
+		portGone bool             // that port deleted before then: the bridge's address is all zeros
+	}{
+		{name: "created"},
+		{name: "existing-with-port", portMAC: net.HardwareAddr{0, 0, 0, 0, 0, 2}},
+		{name: "existing-emptied", portMAC: net.HardwareAddr{0, 0, 0, 0, 0, 2}, portGone: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			doc, s := freeNetworkDoc(t)
+			var port netlink.Link
+			if tc.portMAC != nil {
+				if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: s.Bridge}}); err != nil {
+					t.Fatal(err)
+				}
+				name := "nbv" + netnstest.RandomHex(t, 8)
+				port = &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name, HardwareAddr: tc.portMAC, MasterIndex: bridgeIndex(t, s.Bridge)}, PeerName: name + "p"}
+				if err := netlink.LinkAdd(port); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { netlink.LinkDel(port) })
+				if tc.portGone {
+					if err := netlink.LinkDel(port); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			p := configuredNetnsPlugin(t, doc)
+			podA, nsA := newNetns(t, "a")
+			podB, _ := newNetns(t, "b")
+			for _, pod := range []*api.PodSandbox{podA, podB} {
+				if _, err := p.RunPodSandbox(ctx, pod); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := gatewayMAC(t, s.Bridge)
+			if tc.portMAC != nil && !tc.portGone && want != tc.portMAC.String() {
+				t.Errorf("gateway MAC %s, want %s, the address the bridge had", want, tc.portMAC)
+			}
+			// Pod b's port takes the lowest unicast address there is: an unpinned bridge would take it.
+			hostB, err := netlink.LinkByName(wiring.HostVethName(podB.Id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := netlink.LinkSetHardwareAddr(hostB, net.HardwareAddr{0, 0, 0, 0, 0, 1}); err != nil {
+				t.Fatal(err)
+			}
+			if got := gatewayMAC(t, s.Bridge); got != want {
+				t.Errorf("gateway MAC %s after a port's address became the lowest, want %s", got, want)
+			}
+			for _, pl := range s.Pools {
+				if err := ping(t, nsA, pl.Gateway.String()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := p.StopPodSandbox(ctx, podB); err != nil {
+				t.Fatal(err)
+			}
+			p.waitReleases()
+			if port != nil && !tc.portGone {
+				if err := netlink.LinkDel(port); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := gatewayMAC(t, s.Bridge); got != want {
+				t.Errorf("gateway MAC %s after those ports left, want %s", got, want)
+			}
+			for _, pl := range s.Pools {
+				if err := ping(t, nsA, pl.Gateway.String()); err != nil {
+					t.Errorf("pod a after those ports left: %v", err)
+				}
+			}
+		})
+	}
+}
+
+func bridgeIndex(t *testing.T, name string) int {
+	t.Helper()
+	link, err := netlink.LinkByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return link.Attrs().Index
+}
+
+func gatewayMAC(t *testing.T, bridge string) string {
+	t.Helper()
+	link, err := netlink.LinkByName(bridge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return link.Attrs().HardwareAddr.String()
 }
 
 func TestNetnsRecreatesVethAfterInterruptedSetup(t *testing.T) {

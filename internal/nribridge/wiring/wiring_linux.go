@@ -4,12 +4,14 @@
 package wiring
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 
 	"github.com/vishvananda/netlink"
@@ -124,7 +126,8 @@ func (n *Network) forgetBridge() {
 	n.bridge = nil
 }
 
-// ensureBridge creates the bridge if missing, puts the gateway addresses on it and brings it up.
+// ensureBridge creates the bridge if missing, pins its MAC address, puts the gateway addresses on
+// it and brings it up.
 func (n *Network) ensureBridge() (netlink.Link, error) {
 	name := n.settings.Bridge
 	link, err := netlink.LinkByName(name)
@@ -140,6 +143,19 @@ func (n *Network) ensureBridge() (netlink.Link, error) {
 	}
 	if link.Type() != "bridge" {
 		return nil, fmt.Errorf("bridge %s: the existing interface is a %s, not a bridge", name, link.Type())
+	}
+	// A bridge whose address was never set takes its lowest port's and changes it as pods come and
+	// go, stranding the pods that resolved the gateway until their neighbour entry expires. Setting
+	// the current one pins it; a bridge emptied of ports has all zeros, which cannot be set, and no
+	// pod that resolved it.
+	mac := link.Attrs().HardwareAddr
+	if len(mac) == 0 || slices.Max(mac) == 0 {
+		mac = make(net.HardwareAddr, 6)
+		rand.Read(mac)
+		mac[0] = mac[0]&0xfe | 0x02 // unicast, locally administered
+	}
+	if err := netlink.LinkSetHardwareAddr(link, mac); err != nil {
+		return nil, fmt.Errorf("bridge %s: pinning its MAC address %s: %w", name, mac, err)
 	}
 	for _, p := range n.settings.Pools {
 		if err := netlink.AddrReplace(link, NetlinkAddr(p.GatewayPrefix())); err != nil {
