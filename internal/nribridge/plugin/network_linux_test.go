@@ -424,12 +424,7 @@ func TestNetnsGatewayKeepsItsMAC(t *testing.T) {
 				if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: s.Bridge}}); err != nil {
 					t.Fatal(err)
 				}
-				name := "nbv" + netnstest.RandomHex(t, 8)
-				port = &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name, HardwareAddr: tc.portMAC, MasterIndex: bridgeIndex(t, s.Bridge)}, PeerName: name + "p"}
-				if err := netlink.LinkAdd(port); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { netlink.LinkDel(port) })
+				port = addPort(t, s.Bridge, tc.portMAC)
 				if tc.portGone {
 					if err := netlink.LinkDel(port); err != nil {
 						t.Fatal(err)
@@ -485,13 +480,47 @@ func TestNetnsGatewayKeepsItsMAC(t *testing.T) {
 	}
 }
 
-func bridgeIndex(t *testing.T, name string) int {
-	t.Helper()
-	link, err := netlink.LinkByName(name)
+// TestNetnsEnsureBridgePinsIt: a bridge an earlier nri-bridge left, its MAC address not pinned,
+// gets it pinned by EnsureBridge (Synchronize calls it when it keeps pods), before nri-bridge
+// wires any pod.
+func TestNetnsEnsureBridgePinsIt(t *testing.T) {
+	requireRoot(t)
+	doc, s := freeNetworkDoc(t)
+	if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: s.Bridge}}); err != nil {
+		t.Fatal(err)
+	}
+	first := addPort(t, s.Bridge, net.HardwareAddr{0, 0, 0, 0, 0, 2})
+	p := configuredNetnsPlugin(t, doc)
+	a, err := p.current()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return link.Attrs().Index
+	if err := a.net.EnsureBridge(); err != nil {
+		t.Fatal(err)
+	}
+	addPort(t, s.Bridge, net.HardwareAddr{0, 0, 0, 0, 0, 1})
+	if err := netlink.LinkDel(first); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := gatewayMAC(t, s.Bridge), "00:00:00:00:00:02"; got != want {
+		t.Errorf("gateway MAC %s after a port with a lower address joined and the first left, want %s", got, want)
+	}
+}
+
+// addPort attaches a veth with that MAC address to the bridge, deleted at the end of the test.
+func addPort(t *testing.T, bridge string, mac net.HardwareAddr) netlink.Link {
+	t.Helper()
+	br, err := netlink.LinkByName(bridge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "nbv" + netnstest.RandomHex(t, 8)
+	port := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name, HardwareAddr: mac, MasterIndex: br.Attrs().Index}, PeerName: name + "p"}
+	if err := netlink.LinkAdd(port); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { netlink.LinkDel(port) })
+	return port
 }
 
 func gatewayMAC(t *testing.T, bridge string) string {

@@ -27,6 +27,8 @@ type podNetwork interface {
 	Setup(*store.Allocation) error
 	// SetHairpin puts the bridge port of a pod wired before in hairpin mode, as Setup does.
 	SetHairpin(*store.Allocation) error
+	// EnsureBridge sets the bridge up, its MAC address pinned, as Setup does for the first pod.
+	EnsureBridge() error
 	// Detach cuts the pod off the network at once and cheaply; Teardown then removes what
 	// Setup created. Both do nothing when that is already gone.
 	Detach(*store.Allocation) error
@@ -204,7 +206,8 @@ func (p *plugin) Configure(ctx context.Context, runtimeConfig, runtime, version 
 
 // Synchronize reconciles the store with the pods the runtime has: allocations of pods that are
 // gone, and whose network namespace is gone too, are torn down and released; the nftables table
-// is rebuilt from what stays.
+// is rebuilt from what stays; the bridge of the pods that stay is set up at once, so that an
+// earlier nri-bridge's bridge gets its MAC address pinned before any of its pods goes.
 func (p *plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, _ []*api.Container) ([]*api.ContainerUpdate, error) {
 	a, err := p.current()
 	if err != nil {
@@ -246,6 +249,11 @@ func (p *plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, _ []*a
 			continue
 		}
 		gone = append(gone, alloc)
+	}
+	if kept > 0 {
+		if err := a.net.EnsureBridge(); err != nil {
+			log.Errorf(ctx, "nri-bridge: synchronize: %v", err)
+		}
 	}
 	// One rebuild of the nftables table for every pod that is gone, not one per pod.
 	if err := a.unpublishHostPorts(podIDs(gone)...); err != nil {

@@ -24,6 +24,7 @@ type fakeNetwork struct {
 	wired       map[string]*store.Allocation // host veth -> allocation
 	detached    map[string]bool              // host veth -> off the bridge
 	hairpins    map[string]bool              // host veths SetHairpin put in hairpin mode
+	bridgeSetUp bool                         // EnsureBridge was called
 	setupErr    error
 	detachErr   error
 	teardownErr error
@@ -74,6 +75,13 @@ func (f *fakeNetwork) SetHairpin(a *store.Allocation) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.hairpins[a.HostVeth] = true
+	return nil
+}
+
+func (f *fakeNetwork) EnsureBridge() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.bridgeSetUp = true
 	return nil
 }
 
@@ -355,6 +363,9 @@ func TestSynchronizeReconciles(t *testing.T) {
 	}
 	if !fake.isWired("live") || fake.isWired("gone") || fake.isWired("netns-gone") {
 		t.Errorf("wired after synchronize: %v", fake.wired)
+	}
+	if !fake.bridgeSetUp {
+		t.Error("Synchronize kept a pod but did not set the bridge up")
 	}
 	// The next Synchronize retries the release that failed.
 	p.active.Load().net = fake

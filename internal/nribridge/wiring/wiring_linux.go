@@ -119,6 +119,13 @@ func (n *Network) ensuredBridge() (netlink.Link, error) {
 	return n.bridge, nil
 }
 
+// EnsureBridge sets the bridge up as Setup does before wiring its first pod, its MAC address
+// pinned: for the pods an earlier nri-bridge wired on a bridge it did not pin.
+func (n *Network) EnsureBridge() error {
+	_, err := n.ensuredBridge()
+	return err
+}
+
 // forgetBridge makes the next ensuredBridge check and repair the bridge again.
 func (n *Network) forgetBridge() {
 	n.bridgeMu.Lock()
