@@ -421,10 +421,7 @@ func TestNetnsGatewayKeepsItsMAC(t *testing.T) {
 			doc, s := freeNetworkDoc(t)
 			var port netlink.Link
 			if tc.portMAC != nil {
-				if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: s.Bridge}}); err != nil {
-					t.Fatal(err)
-				}
-				port = addPort(t, s.Bridge, tc.portMAC)
+				port = leftBridge(t, s.Bridge, tc.portMAC)
 				if tc.portGone {
 					if err := netlink.LinkDel(port); err != nil {
 						t.Fatal(err)
@@ -444,11 +441,7 @@ func TestNetnsGatewayKeepsItsMAC(t *testing.T) {
 				t.Errorf("gateway MAC %s, want %s, the address the bridge had", want, tc.portMAC)
 			}
 			// Pod b's port takes the lowest unicast address there is: an unpinned bridge would take it.
-			hostB, err := netlink.LinkByName(wiring.HostVethName(podB.Id))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := netlink.LinkSetHardwareAddr(hostB, net.HardwareAddr{0, 0, 0, 0, 0, 1}); err != nil {
+			if err := netlink.LinkSetHardwareAddr(linkNamed(t, wiring.HostVethName(podB.Id)), net.HardwareAddr{0, 0, 0, 0, 0, 1}); err != nil {
 				t.Fatal(err)
 			}
 			if got := gatewayMAC(t, s.Bridge); got != want {
@@ -486,10 +479,7 @@ func TestNetnsGatewayKeepsItsMAC(t *testing.T) {
 func TestNetnsEnsureBridgePinsIt(t *testing.T) {
 	requireRoot(t)
 	doc, s := freeNetworkDoc(t)
-	if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: s.Bridge}}); err != nil {
-		t.Fatal(err)
-	}
-	first := addPort(t, s.Bridge, net.HardwareAddr{0, 0, 0, 0, 0, 2})
+	first := leftBridge(t, s.Bridge, net.HardwareAddr{0, 0, 0, 0, 0, 2})
 	p := configuredNetnsPlugin(t, doc)
 	a, err := p.current()
 	if err != nil {
@@ -507,15 +497,21 @@ func TestNetnsEnsureBridgePinsIt(t *testing.T) {
 	}
 }
 
+// leftBridge creates the bridge as an earlier nri-bridge left it, its MAC address not pinned, with
+// a port of that MAC address, which it returns.
+func leftBridge(t *testing.T, bridge string, portMAC net.HardwareAddr) netlink.Link {
+	t.Helper()
+	if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: bridge}}); err != nil {
+		t.Fatal(err)
+	}
+	return addPort(t, bridge, portMAC)
+}
+
 // addPort attaches a veth with that MAC address to the bridge, deleted at the end of the test.
 func addPort(t *testing.T, bridge string, mac net.HardwareAddr) netlink.Link {
 	t.Helper()
-	br, err := netlink.LinkByName(bridge)
-	if err != nil {
-		t.Fatal(err)
-	}
 	name := "nbv" + netnstest.RandomHex(t, 8)
-	port := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name, HardwareAddr: mac, MasterIndex: br.Attrs().Index}, PeerName: name + "p"}
+	port := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name, HardwareAddr: mac, MasterIndex: linkNamed(t, bridge).Attrs().Index}, PeerName: name + "p"}
 	if err := netlink.LinkAdd(port); err != nil {
 		t.Fatal(err)
 	}
@@ -525,11 +521,16 @@ func addPort(t *testing.T, bridge string, mac net.HardwareAddr) netlink.Link {
 
 func gatewayMAC(t *testing.T, bridge string) string {
 	t.Helper()
-	link, err := netlink.LinkByName(bridge)
+	return linkNamed(t, bridge).Attrs().HardwareAddr.String()
+}
+
+func linkNamed(t *testing.T, name string) netlink.Link {
+	t.Helper()
+	link, err := netlink.LinkByName(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return link.Attrs().HardwareAddr.String()
+	return link
 }
 
 func TestNetnsRecreatesVethAfterInterruptedSetup(t *testing.T) {
