@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -22,8 +23,8 @@ import (
 )
 
 // Pods started 8 at a time while an NRI network plugin is killed and containerd restarts: every
-// RunPodSandbox that a restart cuts short must leave no READY sandbox, and nothing that
-// outlives the pod once every sandbox is removed.
+// RunPodSandbox that a restart cuts short before containerd recorded the sandbox's setup complete
+// must leave no READY sandbox, and nothing that outlives the pod once every sandbox is removed.
 
 const (
 	churnPods     = 100
@@ -45,18 +46,21 @@ type churnPod struct {
 	err     error // the last failure, if it never started
 }
 
-// churnFigures is what a churn run counted.
+// churnFigures is what a churn run counted, and whether its containerd records setups.
 type churnFigures struct {
 	calls, failed int // RunPodSandbox calls, and those that failed (each retried with a new attempt)
 	sandboxes     int // sandboxes listed once every pod started
 	// orphans are sandboxes no RunPodSandbox returned to the client; readyOrphans those of them
-	// that are READY, answered are the READY ones containerd logged as returned (the answer was
-	// lost on its way, as the kubelet sees it too: it then removes the extra sandbox).
-	orphans, readyOrphans, answered int
-	readyWithoutIP                  int
-	duplicateIPs                    int
-	podsWithoutReadyIP              int // pods whose returned sandbox is not READY with an IP
-	left                            map[string]int
+	// that are READY; of those, setUp the ones whose record says that containerd set them up
+	// completely (it stopped, or the client's call timed out, after that and before its answer
+	// reached the client), counted on knext only (setupOnRecord: upstream records no setup), and
+	// answered the ones containerd logged as returned (the answer was lost on its way).
+	orphans, readyOrphans, setUp, answered int
+	setupOnRecord                          bool
+	readyWithoutIP                         int
+	duplicateIPs                           int
+	podsWithoutReadyIP                     int // pods whose returned sandbox is not READY with an IP
+	left                                   map[string]int
 }
 
 func (f churnFigures) String() string {
@@ -64,10 +68,14 @@ func (f churnFigures) String() string {
 	for _, kind := range slices.Sorted(maps.Keys(f.left)) {
 		left = append(left, fmt.Sprintf("%s %d", kind, f.left[kind]))
 	}
+	setUp := "n/a"
+	if f.setupOnRecord {
+		setUp = fmt.Sprint(f.setUp)
+	}
 	return fmt.Sprintf("%d pods, %d at a time: %d RunPodSandbox calls, %d failed and retried; %d sandboxes, %d orphans "+
-		"(%d READY, %d of them answered but the answer lost), %d READY without IP, %d duplicate IPs, "+
+		"(%d READY: %s set up completely on record, %d logged as answered), %d READY without IP, %d duplicate IPs, "+
 		"%d pods without their sandbox READY with an IP; left after removing every sandbox: %s",
-		churnPods, churnParallel, f.calls, f.failed, f.sandboxes, f.orphans, f.readyOrphans, f.answered,
+		churnPods, churnParallel, f.calls, f.failed, f.sandboxes, f.orphans, f.readyOrphans, setUp, f.answered,
 		f.readyWithoutIP, f.duplicateIPs, f.podsWithoutReadyIP, strings.Join(left, ", "))
 }
 
@@ -140,7 +148,7 @@ func (n *churnNode) startPods(ctx context.Context, faults func(waitStarted func(
 }
 
 // audit counts, once every pod started, the sandboxes no client asked for and those READY
-// without network.
+// without network, and reads the records of the READY ones no client asked for.
 func (n *churnNode) audit(t *testing.T, ctx context.Context, pods []churnPod, figures *churnFigures) {
 	t.Helper()
 	returned := map[string]bool{}
@@ -179,11 +187,27 @@ func (n *churnNode) audit(t *testing.T, ctx context.Context, pods []churnPod, fi
 		figures.orphans++
 		if ready {
 			figures.readyOrphans++
-			// The instrumented CRI service logs the ID it returns.
-			if logCount(t, n.h, "RunPodSandbox for", `returns sandbox id \"`+sandbox.Id+`\"`) > 0 {
+			// The instrumented CRI service logs the ID it returns; a containerd stopped after it
+			// recorded the setup complete may not get as far as that, and one that logs it may
+			// still lose the answer.
+			answered := logCount(t, n.h, "RunPodSandbox for", `returns sandbox id \"`+sandbox.Id+`\"`) > 0
+			if answered {
 				figures.answered++
+			}
+			name, attempt := sandbox.Metadata.GetName(), sandbox.Metadata.GetAttempt()
+			if !figures.setupOnRecord {
+				if !answered {
+					t.Logf("sandbox %s of pod %s (attempt %d) is READY, but its RunPodSandbox never returned", sandbox.Id, name, attempt)
+				}
+			} else if complete, err := setupComplete(ctx, n.h, sandbox.Id); err != nil {
+				t.Error(err)
+			} else if complete {
+				figures.setUp++
+				t.Logf("sandbox %s of pod %s (attempt %d) is READY although its RunPodSandbox never returned: containerd had "+
+					"recorded its setup complete (its answer logged: %v)", sandbox.Id, name, attempt, answered)
 			} else {
-				t.Logf("sandbox %s of pod %s (attempt %d) is READY, but its RunPodSandbox never returned", sandbox.Id, sandbox.Metadata.GetName(), sandbox.Metadata.GetAttempt())
+				t.Logf("sandbox %s of pod %s (attempt %d) is READY, but its RunPodSandbox never returned and its record "+
+					"does not say it was set up completely (its answer logged: %v)", sandbox.Id, name, attempt, answered)
 			}
 		}
 	}
@@ -367,7 +391,8 @@ func (n *churnNode) churn(t *testing.T) churnFigures {
 		t.Fatalf("faults: %v", err)
 	}
 	started := time.Since(start)
-	figures := churnFigures{calls: calls, failed: failed}
+	// The CNI-less node runs knext's containerd, the only one that records a sandbox's setup.
+	figures := churnFigures{calls: calls, failed: failed, setupOnRecord: n.bridge != nil}
 	n.audit(t, ctx, pods, &figures)
 	n.removeAll(t, ctx)
 	figures.left = n.leftovers(t, ctx)
@@ -397,8 +422,9 @@ func TestChurnWithRestarts(t *testing.T) {
 		figures := (&churnNode{h: bridge.h, bridge: bridge}).churn(t)
 		figure(t, "knext CNI-less (nri-bridge SIGKILLed; containerd SIGTERMed, then SIGKILLed): %s", figures)
 		if figures.readyWithoutIP != 0 || figures.duplicateIPs != 0 || figures.podsWithoutReadyIP != 0 ||
-			figures.readyOrphans != figures.answered {
-			t.Errorf("want no READY sandbox without IP, no duplicate IP, every pod's sandbox READY with its IP, and no READY sandbox whose RunPodSandbox never returned")
+			figures.readyOrphans != figures.setUp {
+			t.Errorf("want no READY sandbox without IP, no duplicate IP, every pod's sandbox READY with its IP, and no READY sandbox " +
+				"whose RunPodSandbox never returned unless containerd recorded it as set up completely")
 		}
 		wantNoneLeft(t, figures.left)
 	})
@@ -438,10 +464,11 @@ const heldPod = "held"
 // cutShort cuts RunPodSandbox of the pod heldPod short: with the file hold in place, it starts
 // RunPodSandbox, waits until held returns the pod's sandbox ID (the hold was reached), stops
 // containerd with signal (SIGKILL or SIGTERM), removes hold and starts containerd again. It checks
-// that the sandbox, if listed, is not READY and reports no IP, runs afterRestart, and removes the
-// sandbox checking that nothing of it is left; then the pod's name is used again, and nothing is
-// left of either pod. After a SIGKILL the sandbox must be listed; a SIGTERM may let containerd
-// finish the rollback of the failed RunPodSandbox.
+// that the sandbox, if listed, is not READY, reports no IP and is not recorded as set up
+// completely, runs afterRestart, and removes the sandbox checking that nothing of it is left;
+// then the pod's name is used again, and nothing is left of either pod. After a SIGKILL the
+// sandbox must be listed; a SIGTERM may let containerd finish the rollback of the failed
+// RunPodSandbox.
 func (n *cniLessNode) cutShort(t *testing.T, signal, hold string, held func() string, afterRestart func(id string)) {
 	t.Helper()
 	if err := os.WriteFile(hold, nil, 0o644); err != nil {
@@ -490,6 +517,11 @@ func (n *cniLessNode) cutShort(t *testing.T, signal, hold string, held func() st
 		if status.State != criruntime.PodSandboxState_SANDBOX_NOTREADY || len(statusIPs(status)) != 0 {
 			t.Errorf("sandbox %s is %s with IPs %v after the restart, want NOTREADY without IP", id, status.State, statusIPs(status))
 		}
+		if complete, err := setupComplete(n.ctx, n.h, id); err != nil {
+			t.Error(err)
+		} else if complete {
+			t.Errorf("the record of sandbox %s says it was set up completely, although its RunPodSandbox was cut short", id)
+		}
 	} else if signal == "SIGKILL" {
 		t.Errorf("sandbox %s is not listed after a SIGKILL cut its RunPodSandbox short", id)
 	}
@@ -497,6 +529,33 @@ func (n *cniLessNode) cutShort(t *testing.T, signal, hold string, held func() st
 	afterRestart(id)
 	n.removeCutShort(t, id, listed)
 	n.reuseNameAndCheckNothingLeft(t, config)
+}
+
+// setupComplete tells whether the record of sandbox id says that its RunPodSandbox set it up
+// completely: the extension "setup" of `ctr sandboxes info`, base64-encoded JSON. A record
+// without it says nothing (false), although containerd recovers such a sandbox as set up.
+func setupComplete(ctx context.Context, h *stack.Stack, id string) (bool, error) {
+	out, err := h.Ctr(ctx, "sandboxes", "info", id)
+	if err != nil {
+		return false, err
+	}
+	var record struct {
+		Extensions map[string]struct {
+			Value []byte `json:"value"`
+		}
+	}
+	if err := json.Unmarshal(out, &record); err != nil {
+		return false, fmt.Errorf("ctr sandboxes info %s: %w: %s", id, err, out)
+	}
+	var setup struct {
+		Complete bool `json:"complete"`
+	}
+	if extension, ok := record.Extensions["setup"]; ok {
+		if err := json.Unmarshal(extension.Value, &setup); err != nil {
+			return false, fmt.Errorf("the setup extension of sandbox %s: %w: %q", id, err, extension.Value)
+		}
+	}
+	return setup.Complete, nil
 }
 
 // wantShimGone checks that the shim of sandbox id does not run.
@@ -544,13 +603,19 @@ func (n *cniLessNode) removeCutShort(t *testing.T, id string, listed bool) {
 }
 
 // reuseNameAndCheckNothingLeft starts a pod with the name (and attempt) of the one whose
-// RunPodSandbox was cut short, removes it, and checks that nri-bridge holds no allocation and
-// no shim or pod process is left.
+// RunPodSandbox was cut short, checks that it is READY with an IP and recorded as set up
+// completely, removes it, and checks that nri-bridge holds no allocation and no shim or pod
+// process is left.
 func (n *cniLessNode) reuseNameAndCheckNothingLeft(t *testing.T, config *criruntime.PodSandboxConfig) {
 	t.Helper()
 	id := runPod(t, n.ctx, n.h, config)
 	if status := podStatus(t, n.ctx, n.h, id); status.State != criruntime.PodSandboxState_SANDBOX_READY || len(statusIPs(status)) == 0 {
 		t.Errorf("pod %s started again as %s: %s with IPs %v, want READY with an IP", config.Metadata.Name, id, status.State, statusIPs(status))
+	}
+	if complete, err := setupComplete(n.ctx, n.h, id); err != nil {
+		t.Error(err)
+	} else if !complete {
+		t.Errorf("the record of sandbox %s (pod %s) does not say it was set up completely", id, config.Metadata.Name)
 	}
 	if err := n.h.RemovePod(n.ctx, id); err != nil {
 		t.Fatal(err)
