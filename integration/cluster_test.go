@@ -900,20 +900,23 @@ func (w *podWatch) check(t *testing.T, e *clusterEnv, fault string, replaced fun
 
 // failedRequestsAllowed is how many of a prober's n Service requests may fail while nri-bridge's
 // pod is replaced, restarted or updated, containerd or the kubelet restarts, the API server
-// restarts, or nri-bridge is kept off a node: one in a hundred. Upstream containerd with CNI, in
+// restarts, or nri-bridge is kept off a node: one in requestsPerFailure. Upstream containerd with CNI, in
 // this same suite, fails none during a containerd, kubelet or API server restart: a running pod's
 // network (its interfaces, the routes, kube-proxy's rules) lives in the kernel, and none of these
 // processes is on its path. nri-bridge's pod is no more on it than a CNI plugin is, so knext is
 // held to the same bound through nri-bridge's own restarts and updates. A lone request lost on a
 // loaded machine is not an outage: runs saw 1 of 364 NodePort requests, and 1 of 43 ClusterIP
-// requests, time out while nri-bridge was kept off a node; that fault is now probed for at least
-// a hundred requests. Measured (2 nodes, the ClusterIP prober's 10 and the NodePort
+// requests, time out while nri-bridge was kept off a node, so that fault is probed for at least
+// requestsPerFailure requests. Measured (2 nodes, the ClusterIP prober's 10 and the NodePort
 // prober's 20 requests a second; ClusterIP/NodePort requests, none failed): upstream 30/60
 // (containerd), 26/52 (kubelet), 226/456 (API server); knext 48/92 (nri-bridge's pod deleted),
 // 62/124 (rollout restart), 226/448 (new image), 36/72 (containerd), 26/48 (kubelet), 212/424
 // (API server), 64/127 (nri-bridge kept off node-2). A node's restart, which the bound does not
 // cover, fails 20-25% of them on both runtimes: the probers do see an outage.
-func failedRequestsAllowed(n int) int { return n / 100 }
+func failedRequestsAllowed(n int) int { return n / requestsPerFailure }
+
+// requestsPerFailure is the number of a prober's requests for which one may fail.
+const requestsPerFailure = 100
 
 // afterFault is how long after a fault, the cluster whole again, the probers' requests still
 // count as the fault's: a network that breaks when the restarted component resumes work breaks
@@ -1433,9 +1436,9 @@ func (e *clusterEnv) testNodeWithoutNetwork(t *testing.T) {
 	if ids := e.podSandboxes(t, "node-2", pod.UID); len(ids) != 0 {
 		t.Errorf("pod waiting on node-2 without nri-bridge: sandboxes %v, want none", ids)
 	}
-	// This fault lasts as long as the test keeps it: long enough for a hundred requests of each
-	// prober, so that failedRequestsAllowed's one in a hundred allows one.
-	e.waitProbed(t, start, 100)
+	// This fault lasts as long as the test keeps it: long enough for every prober to make the
+	// requests for which failedRequestsAllowed allows one to fail.
+	e.waitProbed(t, start, requestsPerFailure)
 	e.checkServices(t, what, start, time.Now())
 	if _, err := e.c.Kubectl(e.ctx, nil, "-n", "kube-system", "patch", "daemonset/nri-bridge", "--type=json",
 		"-p", `[{"op":"remove","path":"/spec/template/spec/affinity"}]`); err != nil {
