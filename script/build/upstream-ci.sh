@@ -3,7 +3,8 @@
 # upstream-branches.sh wrote (KNEXT_UPSTREAM_BRANCHES_DIR, default build/upstream-branches).
 #
 # NRI, with its own Makefile, as its CI workflow runs it:
-#   nri/dco                       every commit signed off by its author (project-checks' DCO)
+#   nri/project-checks            every commit signed off by its author, its subject under 90
+#                                 bytes, no whitespace errors (project-checks' git-validation)
 #   nri/make-all                  after `touch pkg/api/api.proto`: build-proto, build-check, build-plugins
 #   nri/generated-code            then `make validate-repo-no-changes`: the committed generated code
 #                                 is what build-proto wrote
@@ -11,7 +12,7 @@
 #   nri/make-test                 go-generate, `go test -race` of ./..., the plugins' tests
 # containerd, on the packages the series touches, against the upstream-form NRI branch (NRI's
 # pull requests merge first):
-#   containerd/dco, containerd/vet (`go vet ./internal/cri/... ./internal/nri/...`),
+#   containerd/project-checks, containerd/vet (`go vet ./internal/cri/... ./internal/nri/...`),
 #   containerd/test-race (`go test -race` of the same), containerd/build-linux (`go build
 #   ./cmd/...`), containerd/build-windows (`GOOS=windows go build ./cmd/...`)
 #
@@ -79,18 +80,35 @@ target() {
 	echo "--- $verdict: $name ($secs.00s)"
 }
 
-# dco REPO: every commit after upstream-base carries a Signed-off-by line of its author.
-dco() {
-	local commit author missing=0
-	for commit in $(git -C "$1" rev-list upstream-base..series); do
+# project_checks REPO: the rules upstream's project-checks action has git-validation apply to every
+# commit after upstream-base (DCO, short-subject, dangling-whitespace), but for the DCO stricter:
+# the Signed-off-by line must be the author's. A subject of 90 bytes or more fails; over 72,
+# git-validation passes it with a remark, repeated here.
+project_checks() {
+	local commits commit author subject bytes failed=0
+	commits=$(git -C "$1" rev-list --reverse upstream-base..series) && [ -n "$commits" ] ||
+		{ echo "no commits in upstream-base..series of $1"; return 1; }
+	for commit in $commits; do
 		author=$(git -C "$1" log -1 --format='%an <%ae>' "$commit")
+		subject=$(git -C "$1" log -1 --format=%s "$commit")
+		bytes=$(printf %s "$subject" | LC_ALL=C wc -c)
 		if ! git -C "$1" log -1 --format=%B "$commit" | grep -qxF "Signed-off-by: $author"; then
-			echo "not signed off by its author ($author): $(git -C "$1" log -1 --format='%h %s' "$commit")"
-			missing=$((missing + 1))
+			echo "not signed off by its author ($author): ${commit:0:12} $subject"
+			failed=$((failed + 1))
+		fi
+		if [ "$bytes" -ge 90 ]; then
+			echo "subject of $bytes bytes, 90 or more: ${commit:0:12} $subject"
+			failed=$((failed + 1))
+		elif [ "$bytes" -gt 72 ]; then
+			echo "subject of $bytes bytes, more than 72 (passes): ${commit:0:12} $subject"
+		fi
+		if ! git -C "$1" show --check --format= "$commit" -- . ':(exclude)vendor' ':(exclude)script/validate/template'; then
+			echo "whitespace errors (above): ${commit:0:12} $subject"
+			failed=$((failed + 1))
 		fi
 	done
-	echo "$missing of $(git -C "$1" rev-list --count upstream-base..series) commit(s) lack the author's Signed-off-by"
-	[ "$missing" = 0 ]
+	echo "$failed problem(s) in $(wc -w <<<"$commits") commit(s)"
+	[ "$failed" = 0 ]
 }
 
 # generated_code_unchanged PROTOC_VERSION: NRI's validate-repo-no-changes after setting the protoc
@@ -122,7 +140,7 @@ if module_names | grep -qx nri; then
 	make_nri=(make PROTOC_PATH="$protoc_path" PROTOBUF_VERSION="$protoc_version")
 	(
 		cd "$nri"
-		target nri/dco no dco "$nri"
+		target nri/project-checks no project_checks "$nri"
 		touch pkg/api/api.proto
 		target nri/make-all no "${make_nri[@]}" all
 		target nri/generated-code no generated_code_unchanged "v$upstream_protoc"
@@ -146,7 +164,7 @@ if module_names | grep -qx containerd; then
 	(
 		cd "$containerd"
 		export GOWORK=$dir/upstream.work
-		target containerd/dco no dco "$containerd"
+		target containerd/project-checks no project_checks "$containerd"
 		target containerd/vet no go vet "${packages[@]}"
 		target containerd/test-race yes go test -v -race "${packages[@]}"
 		target containerd/build-linux no go build ./cmd/...
