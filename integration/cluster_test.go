@@ -900,19 +900,19 @@ func (w *podWatch) check(t *testing.T, e *clusterEnv, fault string, replaced fun
 
 // failedRequestsAllowed is how many of a prober's n Service requests may fail while nri-bridge's
 // pod is replaced, restarted or updated, containerd or the kubelet restarts, the API server
-// restarts, or nri-bridge is kept off a node: one in requestsPerFailure. Upstream containerd with CNI, in
-// this same suite, fails none during a containerd, kubelet or API server restart: a running pod's
-// network (its interfaces, the routes, kube-proxy's rules) lives in the kernel, and none of these
-// processes is on its path. nri-bridge's pod is no more on it than a CNI plugin is, so knext is
-// held to the same bound through nri-bridge's own restarts and updates. A lone request lost on a
+// restarts, or nri-bridge is kept off a node: one in requestsPerFailure. Upstream containerd with
+// CNI, in this same suite, fails none during a containerd, kubelet or API server restart: a running
+// pod's network (its interfaces, the routes, kube-proxy's rules) lives in the kernel, and none of
+// these processes is on its path. nri-bridge's pod is no more on it than a CNI plugin is, so knext
+// is held to the same bound through nri-bridge's own restarts and updates. A lone request lost on a
 // loaded machine is not an outage: runs saw 1 of 364 NodePort requests, and 1 of 43 ClusterIP
 // requests, time out while nri-bridge was kept off a node, so that fault is probed for at least
 // requestsPerFailure requests. Measured (2 nodes, the ClusterIP prober's 10 and the NodePort
 // prober's 20 requests a second; ClusterIP/NodePort requests, none failed): upstream 30/60
 // (containerd), 26/52 (kubelet), 226/456 (API server); knext 48/92 (nri-bridge's pod deleted),
-// 62/124 (rollout restart), 226/448 (new image), 36/72 (containerd), 26/48 (kubelet), 212/424
-// (API server), 64/127 (nri-bridge kept off node-2). A node's restart, which the bound does not
-// cover, fails 20-25% of them on both runtimes: the probers do see an outage.
+// 62/124 (rollout restart), 226/448 (new image), 36/72 (containerd), 26/48 (kubelet), 212/424 (API
+// server), 64/127 (nri-bridge kept off node-2). A node's restart, which the bound does not cover,
+// fails 20-25% of them on both runtimes: the probers do see an outage.
 func failedRequestsAllowed(n int) int { return n / requestsPerFailure }
 
 // requestsPerFailure is the number of a prober's requests for which one may fail.
